@@ -1,0 +1,1 @@
+"""The `llmgw` command: one argparse tree, one module per command group."""

@@ -1,0 +1,129 @@
+"""One logging setup for every role.
+
+Lines are `key=value` (logfmt) by default or one JSON object each with
+`--log-format json`. Structured fields go in `extra={"fields": {...}}`.
+Fields whose names say they hold a secret or a person's words (a prompt, an
+answer, a key, a password, a token) are never written: the value is replaced
+by `[redacted]`, wherever the call came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+from typing import Any
+
+LEVELS = ("debug", "info", "warning", "error")
+
+# Field names whose values are never logged. Matched as whole words inside the
+# name, so `api_key`, `prompt_text` and `x-api-key` are caught, `key_id` too
+# would be, which is why ids use `*_id` names that are listed as safe.
+_SECRET_WORDS = re.compile(
+    r"(^|[_\-.])(prompt|prompts|messages|content|answer|completion_text|input|output|text|"
+    r"key|api_key|apikey|password|passwd|secret|token|authorization|cookie|bearer)($|[_\-.])",
+    re.IGNORECASE,
+)
+_SAFE_FIELDS = {"key_id", "key_prefix", "token_count", "prompt_tokens", "completion_tokens",
+                "total_tokens", "cached_tokens", "input_tokens", "output_tokens"}
+# Anything shaped like an llmgw or OpenAI-style key inside a message is masked too.
+_KEY_LIKE = re.compile(r"\b(sk|llmgw)[-_][A-Za-z0-9_\-]{12,}")
+
+
+def redact_field(name: str, value: Any) -> Any:
+    if name in _SAFE_FIELDS or name.endswith("_id") or name.endswith("_tokens"):
+        return value
+    if _SECRET_WORDS.search(name):
+        return "[redacted]"
+    return value
+
+
+def redact_text(text: str) -> str:
+    return _KEY_LIKE.sub(lambda m: m.group(1) + "-[redacted]", text)
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    fields = getattr(record, "fields", None) or {}
+    return {k: redact_field(k, v) for k, v in fields.items()}
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    t = time.gmtime(record.created)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{int(record.msecs):03d}Z"
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        parts = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": redact_text(record.getMessage()),
+        }
+        parts.update(_fields(record))
+        if record.exc_info:
+            parts["error"] = redact_text(self.formatException(record.exc_info))
+        return " ".join(f"{k}={_logfmt_value(v)}" for k, v in parts.items())
+
+
+def _logfmt_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if text == "" or any(c in text for c in ' ="\n\t'):
+        return json.dumps(text)
+    return text
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        obj: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": redact_text(record.getMessage()),
+        }
+        obj.update(_fields(record))
+        if record.exc_info:
+            obj["error"] = redact_text(self.formatException(record.exc_info))
+        return json.dumps(obj, default=str)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default=os.environ.get("LLMGW_LOG_LEVEL", "info"),
+        help="least severe messages written (default info, or $LLMGW_LOG_LEVEL)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=os.environ.get("LLMGW_LOG_FORMAT", "text"),
+        help="key=value lines (text) or one JSON object a line",
+    )
+
+
+def setup(level: str = "info", fmt: str = "text", stream=None) -> None:
+    """Configure the root logger once for this process (later calls replace it)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # Libraries' chatter stays at warning unless debugging.
+    for noisy in ("aiohttp.access", "asyncio", "urllib3", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+
+
+def get(name: str) -> logging.Logger:
+    return logging.getLogger(name)
+
+
+def event(logger: logging.Logger, msg: str, level: int = logging.INFO, **fields: Any) -> None:
+    """Log one line with structured fields: `event(log, "replica ready", model=m)`."""
+    logger.log(level, msg, extra={"fields": fields})

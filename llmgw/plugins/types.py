@@ -1,0 +1,137 @@
+"""What plugins contribute: the types the hooks return.
+
+These are the plugin-facing contracts. They stay small and stable: a
+third-party plugin written against them must keep working as llmgw grows.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar, Mapping, Sequence
+
+import attrs
+
+# --- Engines ------------------------------------------------------------------
+
+
+@attrs.frozen
+class LaunchSpec:
+    """What the agent asks an engine to run for one replica shard."""
+
+    model: str  #: the name the replica serves under
+    weights: str  #: a local path: a file (GGUF) or a directory (safetensors)
+    host: str
+    port: int
+    api_key: str  #: the key the router presents; given to the engine by environment
+    gpus: Sequence[int] = ()  #: indices of the cards this shard owns (empty: CPU)
+    args: Sequence[str] = ()  #: the profile's extra arguments, already validated
+    env: Mapping[str, str] = attrs.Factory(dict)  #: the profile's extra environment
+    cores: int | None = None
+    context_length: int | None = None
+    binary: str | None = None  #: where the engine's program is installed on this node
+
+
+@attrs.frozen
+class LaunchPlan:
+    """How to start one engine process and tell when it is ready."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    ready_path: str = "/health"
+    metrics_path: str | None = "/metrics"
+
+
+class Engine(abc.ABC):
+    """One inference engine: how to validate, launch and read it."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    #: "gpu", "cpu" or both: which nodes this engine may run on.
+    devices: ClassVar[tuple[str, ...]] = ("gpu",)
+    #: engine metric name -> llmgw's meaning (running, waiting, kv_cache_usage,
+    #: prefix_cache_queries, prefix_cache_hits).
+    metrics: ClassVar[Mapping[str, str]] = {}
+
+    def validate(self, args: Sequence[str], env: Mapping[str, str]) -> list[str]:
+        """Problems with a profile's arguments and environment; empty when it may run."""
+        return []
+
+    @abc.abstractmethod
+    def plan(self, spec: LaunchSpec) -> LaunchPlan:
+        """The command line and environment that serve `spec`."""
+
+    def version(self, binary: str | None = None) -> str | None:
+        """The installed version on this node, or None when it is not installed."""
+        return None
+
+
+# --- Guardrails ---------------------------------------------------------------
+
+
+@attrs.frozen
+class Finding:
+    """One thing a detector found: its kind and where it is in the text."""
+
+    kind: str  #: e.g. "email", "iban", "aws_access_key", "prompt_injection"
+    start: int
+    end: int
+    category: str = "pii"  #: "pii", "secret", "injection", "deny"
+    detail: str = ""  #: why it counts, never the matched text itself
+
+
+class Detector(abc.ABC):
+    """Finds one family of things in text and says where."""
+
+    name: ClassVar[str]
+    category: ClassVar[str]
+    kinds: ClassVar[tuple[str, ...]] = ()
+
+    @abc.abstractmethod
+    def find(self, text: str) -> list[Finding]:
+        """Every finding in `text`, in order of position."""
+
+
+@attrs.frozen
+class Verdict:
+    """What a judge model said about a conversation."""
+
+    safe: bool
+    categories: tuple[str, ...] = ()
+    raw: str = ""  #: the model's own words, kept for debugging, never logged
+
+
+class JudgeFormat(abc.ABC):
+    """How to ask one family of guard models and read its answer."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def build_request(self, messages: Sequence[Mapping[str, Any]], role: str) -> dict[str, Any]:
+        """A chat-completions body asking the judge about `messages` (role: "user" or "assistant")."""
+
+    @abc.abstractmethod
+    def parse(self, text: str) -> Verdict:
+        """Read the judge's answer; raise ValueError when it cannot be read."""
+
+
+# --- Notifications ------------------------------------------------------------
+
+
+@attrs.frozen
+class Event:
+    """Something an operator may want to hear about."""
+
+    kind: str  #: e.g. "node.lost", "replica.parked", "budget.spent"
+    summary: str
+    severity: str = "info"  #: "info", "warning", "critical"
+    detail: Mapping[str, Any] = attrs.Factory(dict)
+
+
+class Sink(abc.ABC):
+    """Delivers events somewhere (a webhook, a chat channel)."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    async def deliver(self, event: Event, options: Mapping[str, Any]) -> None:
+        """Send `event`; raise on failure so the caller can retry."""

@@ -1,0 +1,43 @@
+"""The `sim` engine: llmgw's own simulated OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from llmgw.buildinfo import self_command
+from llmgw.plugins import hookimpl
+from llmgw.plugins.engine_support import screen
+from llmgw.plugins.types import Engine, LaunchPlan, LaunchSpec
+
+
+class SimEngine(Engine):
+    name = "sim"
+    description = "simulated engine (llmgw sim-engine): OpenAI API, vLLM metrics, no GPU needed"
+    devices = ("cpu", "gpu")
+    metrics = {
+        "vllm:num_requests_running": "running",
+        "vllm:num_requests_waiting": "waiting",
+        "vllm:kv_cache_usage_perc": "kv_cache_usage",
+        "vllm:prefix_cache_queries_total": "prefix_cache_queries",
+        "vllm:prefix_cache_hits_total": "prefix_cache_hits",
+    }
+    _managed = ("--host", "--port", "--model", "--api-key")
+
+    def validate(self, args, env):
+        return screen(args, env, managed_flags=self._managed)
+
+    def plan(self, spec: LaunchSpec) -> LaunchPlan:
+        argv = [*self_command(), "sim-engine", "--model", spec.model, "--host", spec.host, "--port", str(spec.port)]
+        if spec.context_length:
+            argv += ["--context-length", str(spec.context_length)]
+        argv += list(spec.args)
+        env = {**spec.env, "LLMGW_ENGINE_API_KEY": spec.api_key}
+        return LaunchPlan(argv=argv, env=env)
+
+    def version(self, binary=None):
+        from llmgw import __version__
+
+        return __version__
+
+
+@hookimpl
+def llmgw_engines():
+    return [SimEngine()]
