@@ -1,0 +1,68 @@
+"""agent.yaml: what a node's agent reads when it starts.
+
+It holds what one machine needs to find its control planes and prove who it
+is, and where it keeps its files. Everything else reaches the agent from the
+control plane.
+"""
+
+import attrs
+
+from llmgw.config.fields import section, setting
+from llmgw.config.units import Duration
+
+__all__ = ["AgentConfig", "NodeTLS"]
+
+
+@attrs.frozen
+class NodeTLS:
+    """This node's certificate files, from llmgw's own authority, as PEM paths."""
+
+    cert: str = setting(
+        "/etc/llmgw/tls/node.pem", doc="This node's certificate; its common name is the node's id."
+    )
+    key: str = setting(
+        "/etc/llmgw/tls/node-key.pem", doc="The private key of that certificate, readable by llmgw only."
+    )
+    ca: str = setting(
+        "/etc/llmgw/tls/ca.pem",
+        doc="The cluster's authority certificate; a control plane's certificate must be signed by it.",
+    )
+
+
+@attrs.frozen
+class AgentConfig:
+    """agent.yaml: one node's identity, its control planes and its directories."""
+
+    node_id: str = setting(
+        "",
+        doc="This node's name in the cluster; must match its certificate's common name; empty uses the host name.",
+    )
+    control_planes: list[str] = setting(
+        factory=list,
+        doc="Every control plane's agent address, like https://10.0.0.140:7443; the agent dials the next when one goes.",
+    )
+    tls: NodeTLS = section(
+        NodeTLS,
+        doc="This node's certificate from the cluster's authority, and the authority the control planes' must come from.",
+    )
+    insecure: bool = setting(
+        False,
+        doc="Dial control planes without TLS; only for a control plane started with agent_insecure, on one machine or a test.",
+    )
+    state_dir: str = setting("/var/lib/llmgw", doc="Where the agent keeps what must survive a restart.")
+    weights_dir: str = setting(
+        "/var/lib/llmgw/weights", doc="Where model weights are downloaded to; give it a disk with room."
+    )
+    engines_dir: str = setting("/var/lib/llmgw/engines", doc="Where inference engines are installed.")
+    labels: dict[str, str] = setting(
+        factory=dict,
+        doc="Labels placement matches against profiles' node_selector, like llmgw.io/rack: r12-07.",
+    )
+    mirror: str = setting(
+        "",
+        doc="The mirror's file server, like http://models.internal:8081; empty uses the one the control plane names.",
+    )
+    heartbeat_interval: Duration = setting(
+        Duration(seconds=5), doc="How often the agent reports load and sensors to the control plane."
+    )
+    log_ring_size: int = setting(2000, doc="Lines of each engine's output kept in memory for llmgw ctl logs.")

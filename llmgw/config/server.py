@@ -1,0 +1,490 @@
+"""server.yaml: what a control plane reads when it starts.
+
+One frozen class per section. A section the file leaves out has its
+defaults; a key the file misspells is an error (see load.py). To add a key,
+add a `setting()` to its section with a default and a one-sentence doc for
+the operator, then regenerate docs/reference.md.
+"""
+
+from typing import Any, Literal
+
+import attrs
+
+from llmgw.config.fields import section, setting
+from llmgw.config.secrets import Secret
+from llmgw.config.units import ByteSize, Duration
+
+__all__ = [
+    "ServerConfig",
+    "ServerTLS",
+    "StoreConfig",
+    "OIDCConfig",
+    "AuthConfig",
+    "RouterTimeouts",
+    "RetryConfig",
+    "AffinityConfig",
+    "CacheConfig",
+    "RouterConfig",
+    "Band",
+    "AdmissionConfig",
+    "AccountingConfig",
+    "BackoffConfig",
+    "ControlConfig",
+    "MirrorConfig",
+    "GuardConfig",
+    "NotifySink",
+    "NotifyConfig",
+    "Price",
+    "PricesConfig",
+    "Endpoint",
+    "Profile",
+    "Scaling",
+    "ModelConfig",
+    "ModelClass",
+    "GuardMode",
+]
+
+ModelClass = Literal["critical", "standard", "opportunistic"]
+GuardMode = Literal["enforce", "shadow", "off"]
+
+
+@attrs.frozen
+class ServerTLS:
+    """The agent port's certificate files, from llmgw's own authority, as PEM paths."""
+
+    cert: str = setting(
+        "/etc/llmgw/tls/server.pem",
+        doc="This control plane's certificate, with every address agents dial in it.",
+    )
+    key: str = setting(
+        "/etc/llmgw/tls/server-key.pem", doc="The private key of that certificate, readable by llmgw only."
+    )
+    ca: str = setting(
+        "/etc/llmgw/tls/ca.pem",
+        doc="The cluster's authority certificate; an agent's certificate must be signed by it.",
+    )
+
+
+@attrs.frozen
+class StoreConfig:
+    """Where users, keys, usage and the catalog are kept: SQLite for one control plane, PostgreSQL for several."""
+
+    dsn: Secret = setting(
+        Secret("/var/lib/llmgw/llmgw.db"),
+        doc="A SQLite file's path, or a PostgreSQL address like postgres://llmgw:PASSWORD@db:5432/llmgw; "
+        "write env:NAME or file:/path to keep a password out of this file.",
+    )
+    pool_min: int = setting(1, doc="PostgreSQL connections kept open even when idle (SQLite ignores it).")
+    pool_max: int = setting(10, doc="Most PostgreSQL connections open at once (SQLite ignores it).")
+
+    @property
+    def backend(self) -> str:
+        """`postgres` for a postgres:// or postgresql:// address, else `sqlite`."""
+        dsn = self.dsn.reveal()
+        return "postgres" if dsn.startswith(("postgres://", "postgresql://")) else "sqlite"
+
+
+@attrs.frozen
+class OIDCConfig:
+    """Sign-in to the portal through your identity provider; off while issuer is empty."""
+
+    issuer: str = setting(
+        "",
+        doc="The provider's issuer URL, like https://login.example.com/realms/acme; empty turns single sign-on off.",
+    )
+    client_id: str = setting("", doc="The client id llmgw is registered under at the provider.")
+    client_secret: Secret | None = setting(
+        None, doc="The client secret from the provider; env:NAME or file:/path keeps it out of this file."
+    )
+    redirect_url: str = setting(
+        "",
+        doc="The portal's callback address as registered at the provider, like https://llm.example.com/auth/callback.",
+    )
+    scopes: list[str] = setting(
+        factory=lambda: ["openid", "email", "profile"], doc="Scopes asked of the provider."
+    )
+    no_passwords: bool = setting(
+        False, doc="Refuse local passwords on the portal, so everyone signs in through the provider."
+    )
+
+
+@attrs.frozen
+class AuthConfig:
+    """Who may use the client API and the portal."""
+
+    keys_required: bool = setting(
+        True,
+        doc="Every client request needs an API key; false lets anyone who reaches the client API use it, for one machine or a demo.",
+    )
+    signup_open: bool = setting(
+        False,
+        doc="Let people create their own portal accounts; false leaves that to an administrator (llmgw users create).",
+    )
+    session_ttl: Duration = setting(Duration(hours=12), doc="How long a portal sign-in lasts.")
+    session_idle: Duration = setting(Duration(hours=2), doc="A portal session unused for this long ends.")
+    max_key_ttl: Duration = setting(
+        Duration(0), doc="The longest an API key may live; 0 lets keys live until revoked."
+    )
+    default_rpm: int = setting(
+        0, doc="Requests a minute allowed to a key with no limit of its own; 0 is no limit."
+    )
+    default_tpm: int = setting(
+        0, doc="Tokens a minute allowed to a key with no limit of its own; 0 is no limit."
+    )
+    oidc: OIDCConfig = section(OIDCConfig, doc="Single sign-on through an OpenID Connect provider.")
+
+
+@attrs.frozen
+class RouterTimeouts:
+    """How long the router waits on an engine."""
+
+    dial: Duration = setting(
+        Duration(seconds=5), doc="Longest wait to connect to an engine before another replica is tried."
+    )
+    first_byte: Duration = setting(
+        Duration(seconds=120),
+        doc="Longest wait for an engine's first byte; long prompts take a while to read.",
+    )
+    idle: Duration = setting(
+        Duration(seconds=60),
+        doc="Longest silence between two pieces of a streamed answer before it is cut off.",
+    )
+    total: Duration = setting(Duration(minutes=30), doc="Longest a whole request may take; 0 is no limit.")
+
+
+@attrs.frozen
+class RetryConfig:
+    """Trying another replica when the first one fails before answering."""
+
+    attempts: int = setting(
+        2, doc="More replicas to try when one refuses or fails before sending anything; 0 tries only one."
+    )
+    backoff: Duration = setting(Duration(milliseconds=100), doc="Pause before each further try.")
+
+
+@attrs.frozen
+class AffinityConfig:
+    """Sending related requests to the same replica, where its cache already holds their start."""
+
+    session: bool = setting(
+        True, doc="Send a conversation's turns to the replica that served the turn before, while it has room."
+    )
+    prefix: bool = setting(True, doc="Prefer the replica whose cache holds the longest start of the prompt.")
+    session_ttl: Duration = setting(
+        Duration(minutes=10), doc="How long a conversation stays with its replica after its last request."
+    )
+
+
+@attrs.frozen
+class CacheConfig:
+    """Memory for the answers of projects that reuse them (llmgw keys cache); nothing is reused until a project turns it on."""
+
+    max_bytes: ByteSize = setting(
+        ByteSize(128 * 1024**2), doc="All cached answers together; the least recently used go first."
+    )
+    max_entry_bytes: ByteSize = setting(ByteSize(1024**2), doc="The largest single answer kept.")
+
+
+@attrs.frozen
+class RouterConfig:
+    """The client API: how requests reach a replica and come back."""
+
+    scrape_interval: Duration = setting(
+        Duration(seconds=2),
+        doc="How often each replica's engine metrics (queue, cache use) are read to choose between replicas.",
+    )
+    inject_usage: bool = setting(
+        True,
+        doc="Ask engines for token counts on streamed answers, and hide them from a client that did not ask.",
+    )
+    max_body_bytes: ByteSize = setting(
+        ByteSize(32 * 1024**2), doc="The largest request body accepted; a larger one is refused with 413."
+    )
+    trusted_proxies: list[str] = setting(
+        factory=list,
+        doc="Addresses or networks (CIDR) of proxies in front of llmgw whose X-Forwarded-* headers are believed; none by default.",
+    )
+    timeouts: RouterTimeouts = section(RouterTimeouts, doc="How long the router waits on an engine.")
+    retries: RetryConfig = section(RetryConfig, doc="Trying another replica when one fails.")
+    affinity: AffinityConfig = section(AffinityConfig, doc="Keeping related requests on one replica.")
+    cache: CacheConfig = section(CacheConfig, doc="The answer cache's memory.")
+
+
+@attrs.frozen
+class Band:
+    """A priority band: requests of keys in it wait in its own queue."""
+
+    name: str = setting(doc="The band's name, as keys and the x-llmgw-band header give it.")
+    weight: int = setting(
+        1, doc="Share of freed capacity this band gets while several bands wait; higher is served sooner."
+    )
+    max_wait: Duration | None = setting(None, doc="Longest wait in this band; empty uses admission.max_wait.")
+
+
+def _default_bands() -> list[Band]:
+    return [Band("gold", 4), Band("silver", 2), Band("bronze", 1)]
+
+
+@attrs.frozen
+class AdmissionConfig:
+    """Queueing requests when every replica of a model is busy."""
+
+    queue_depth: int = setting(256, doc="Requests that may wait for one model; the next is refused with 429.")
+    max_wait: Duration = setting(
+        Duration(seconds=30), doc="Longest a request waits for a free replica before it is refused with 429."
+    )
+    bands: list[Band] = setting(factory=_default_bands, doc="Priority bands, highest first.")
+    default_band: str = setting("silver", doc="The band of a key that names none.")
+
+
+@attrs.frozen
+class AccountingConfig:
+    """Recording usage: one row per request, written in batches off the request path."""
+
+    flush_interval: Duration = setting(
+        Duration(milliseconds=200), doc="Longest a usage row waits in memory before it is written."
+    )
+    batch_size: int = setting(500, doc="Most rows written to the store at once.")
+    buffer_size: int = setting(
+        8192,
+        doc="Rows held in memory while the store is slow; beyond that the oldest are counted and dropped, never a request delayed.",
+    )
+    usage_retention: Duration = setting(
+        Duration(hours=2160),
+        doc="How long each request's record is kept (what llmgw ctl request reads); sums for charts and budgets are kept anyway; 0 keeps every record.",
+    )
+
+
+@attrs.frozen
+class BackoffConfig:
+    """Waiting before starting a failed replica again."""
+
+    initial: Duration = setting(
+        Duration(seconds=10), doc="Wait after the first failed start; it doubles after each failure."
+    )
+    max: Duration = setting(Duration(minutes=5), doc="The longest wait between two starts.")
+
+
+@attrs.frozen
+class ControlConfig:
+    """The scheduler: which replicas run where."""
+
+    enabled: bool = setting(
+        True, doc="Run the scheduler here; false makes this control plane a gateway only."
+    )
+    heartbeat_window: Duration = setting(
+        Duration(seconds=15),
+        doc="A node not heard from for this long is lost, and its replicas are placed elsewhere.",
+    )
+    reconcile_interval: Duration = setting(
+        Duration(seconds=5), doc="How often what runs is compared with what the catalog wants."
+    )
+    lease_ttl: Duration = setting(
+        Duration(seconds=15),
+        doc="How long leadership lasts unless renewed (every third of it); a standby takes over once it lapses.",
+    )
+    backoff: BackoffConfig = section(BackoffConfig, doc="Waiting between starts of a failing replica.")
+    park_after: int = setting(
+        5,
+        doc="Failed starts in a row after which a model is parked, left stopped until an operator retries it.",
+    )
+
+
+@attrs.frozen
+class MirrorConfig:
+    """The cluster's mirror of model files (llmgw mirror)."""
+
+    url: str = setting(
+        "",
+        doc="The mirror's file server, like http://models.internal:8081, which nodes fetch weights from; empty fetches from each model's source.",
+    )
+    api: str = setting(
+        "",
+        doc="The mirror's API, like https://models.internal:8082, reached with agent_tls's certificate; empty when there is no mirror.",
+    )
+
+
+@attrs.frozen
+class GuardConfig:
+    """Guardrails: checks on what goes to a model and what comes back."""
+
+    mode: GuardMode = setting(
+        "enforce", doc="enforce applies the policies, shadow records what they would do, off checks nothing."
+    )
+    default: list[str] = setting(factory=list, doc="Policies applied to every request, by name.")
+    policies: dict[str, dict[str, Any]] = setting(
+        factory=dict,
+        doc="Named policies (input, output, tools, judge, ...), attached by name; see the guardrails manual.",
+    )
+
+
+@attrs.frozen
+class NotifySink:
+    """Somewhere events are sent: a webhook, Slack, or a kind a plugin adds."""
+
+    url: str = setting(doc="Where the event is posted.")
+    name: str = setting(
+        "", doc="A name for this sink in logs and llmgw ctl notify test; empty uses its address."
+    )
+    kind: str = setting("webhook", doc="webhook (signed JSON), slack, or a kind a notify plugin adds.")
+    secret: Secret | None = setting(
+        None, doc="Key that signs each webhook body (HMAC-SHA256); env:NAME or file:/path."
+    )
+    events: list[str] = setting(
+        factory=list, doc="Events to send, like model_parked or node_lost; empty sends them all."
+    )
+
+
+@attrs.frozen
+class NotifyConfig:
+    """Telling people when something needs them."""
+
+    sinks: list[NotifySink] = setting(factory=list, doc="Where events go.")
+    repeat_after: Duration = setting(
+        Duration(hours=1), doc="The same event about the same thing is sent again only after this long."
+    )
+
+
+@attrs.frozen
+class Price:
+    """A price in the currency of prices.currency, per million tokens."""
+
+    input: float = setting(0.0, doc="Per million prompt tokens.")
+    output: float = setting(0.0, doc="Per million tokens generated.")
+
+
+@attrs.frozen
+class PricesConfig:
+    """What usage costs, for budgets and reports."""
+
+    currency: str = setting("USD", doc="The currency every price is in, as shown in reports.")
+    default: Price = section(Price, doc="The price of a model that gives none.")
+
+
+@attrs.frozen
+class Endpoint:
+    """A provider that serves a model outside the cluster, over an OpenAI- or Anthropic-shaped API."""
+
+    url: str = setting(doc="The provider's API base, like https://api.openai.com/v1.")
+    api_key: Secret | None = setting(
+        None, doc="The provider's key; env:NAME or file:/path keeps it out of this file."
+    )
+    api: Literal["openai", "anthropic"] = setting(
+        "openai", doc="The shape of the provider's API: openai or anthropic."
+    )
+    model: str = setting("", doc="The model's name at the provider; empty uses the catalog name.")
+
+
+@attrs.frozen
+class Profile:
+    """One way to run a model: an engine, and what it needs of a node."""
+
+    name: str = setting("default", doc="Names the profile in placement and logs; unique within the model.")
+    engine: str = setting(
+        "",
+        doc="The engine to run (llamacpp, vllm, sglang, trtllm, sim, or a plugin's); empty uses the model's engine.",
+    )
+    gpus: int = setting(0, doc="GPUs each replica needs on one node; 0 runs on CPUs.")
+    gpu_class: str = setting("", doc="Only cards of this class, like h100-80g; empty takes any.")
+    memory: ByteSize = setting(ByteSize(0), doc="Host memory reserved for each replica; 0 reserves none.")
+    cores: int = setting(0, doc="CPU cores reserved for each replica; 0 reserves none.")
+    args: list[str] = setting(factory=list, doc="Extra command-line arguments for the engine.")
+    env: dict[str, str] = setting(factory=dict, doc="Extra environment variables for the engine.")
+    node_selector: dict[str, str] = setting(
+        factory=dict, doc="Node labels a node must have to run this profile, like llmgw.io/rack: r12-07."
+    )
+
+
+@attrs.frozen
+class Scaling:
+    """How many replicas of a model run."""
+
+    min: int = setting(1, doc="Replicas kept running at all times.")
+    max: int = setting(1, doc="Most replicas run when demand is high.")
+    on_demand: bool = setting(
+        False,
+        doc="Start the first replica when a request arrives, and stop the last when idle; min must be 0.",
+    )
+    idle_timeout: Duration = setting(
+        Duration(minutes=30), doc="A replica above min with no requests for this long is stopped."
+    )
+
+
+@attrs.frozen
+class ModelConfig:
+    """A model in the catalog: run on the cluster (profiles) or forwarded to a provider (endpoints)."""
+
+    name: str = setting(doc="The name clients ask for.")
+    aliases: list[str] = setting(factory=list, doc="Other names clients may use for the same model.")
+    source: str = setting(
+        "", doc="Where the weights come from: a Hugging Face repository, a URL, or a path on the mirror."
+    )
+    engine: str = setting("", doc="The engine of every profile that names none.")
+    endpoints: list[Endpoint] = setting(
+        factory=list, doc="Providers serving this model outside the cluster, tried in order."
+    )
+    fallbacks: list[str] = setting(factory=list, doc="Models tried, in order, when this one has no capacity.")
+    price: Price | None = setting(None, doc="What this model costs; empty uses prices.default.")
+    profiles: list[Profile] = setting(
+        factory=list, doc="Ways to run it on the cluster, in order of preference."
+    )
+    scaling: Scaling = section(Scaling, doc="How many replicas run.")
+    class_: ModelClass = setting(
+        "standard",
+        key="class",
+        doc="critical models are never stopped for others; opportunistic ones give way first.",
+    )
+    owner: str = setting("", doc="Who to ask about this model, like team:search; shown in the catalog.")
+
+
+@attrs.frozen
+class ServerConfig:
+    """server.yaml: one control plane's listeners, certificates and store, and the cluster's settings."""
+
+    listen: str = setting(
+        ":8080",
+        doc="The client API (OpenAI- and Anthropic-compatible), as host:port; an empty host is every interface.",
+    )
+    admin_listen: str = setting(
+        "127.0.0.1:9090",
+        doc="The admin API (llmgw ctl, the console); keep it on loopback and reach it through ssh.",
+    )
+    admin_remote: bool = setting(
+        False,
+        doc="Allow admin_listen on an address other than loopback; the token then crosses the network in clear.",
+    )
+    admin_token_file: str = setting(
+        "/var/lib/llmgw/admin-token",
+        doc="The admin API's bearer token, written (mode 0600) the first time the server starts.",
+    )
+    metrics_listen: str = setting(":9091", doc="Prometheus metrics and nothing else; empty serves none.")
+    agent_listen: str = setting(":7443", doc="Where node agents connect, with mutual TLS.")
+    agent_insecure: bool = setting(
+        False,
+        doc="Accept agents without TLS, so anyone who reaches the port can claim to be any node; for one machine or a test.",
+    )
+    agent_tls: ServerTLS = section(
+        ServerTLS, doc="The agent port's certificate, and the authority agents' certificates must come from."
+    )
+    store: StoreConfig = section(StoreConfig, doc="Where users, keys, usage and the catalog are kept.")
+    auth: AuthConfig = section(AuthConfig, doc="Who may use the client API and the portal.")
+    router: RouterConfig = section(RouterConfig, doc="How client requests reach a replica and come back.")
+    admission: AdmissionConfig = section(
+        AdmissionConfig, doc="Queueing requests while every replica of a model is busy."
+    )
+    accounting: AccountingConfig = section(AccountingConfig, doc="Recording each request's usage.")
+    control: ControlConfig = section(ControlConfig, doc="The scheduler: which replicas run on which nodes.")
+    mirror: MirrorConfig = section(MirrorConfig, doc="Where nodes fetch model files from.")
+    guard: GuardConfig = section(
+        GuardConfig, doc="Guardrails: checks on what goes to models and what comes back."
+    )
+    notify: NotifyConfig = section(NotifyConfig, doc="Where events that need a person are sent.")
+    prices: PricesConfig = section(PricesConfig, doc="What usage costs, for budgets and reports.")
+    models: list[ModelConfig] = setting(factory=list, doc="The models this file declares.")
+
+    def model(self, name: str) -> ModelConfig | None:
+        """The model called `name` or having it as an alias, if the file declares one."""
+        for model in self.models:
+            if model.name == name or name in model.aliases:
+                return model
+        return None
