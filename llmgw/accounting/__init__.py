@@ -1,0 +1,1 @@
+"""How much: rate limits, budgets, prices and the record of every request."""

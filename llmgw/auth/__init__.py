@@ -1,0 +1,1 @@
+"""Who is asking: API keys, principals, passwords, sessions."""

@@ -1,0 +1,409 @@
+"""The Store API: everything llmgw keeps, behind one async interface.
+
+Two backends implement it with the same behaviour: SQLite
+(:mod:`llmgw.store.sqlite`) and PostgreSQL (:mod:`llmgw.store.postgres`).
+Open one with :func:`llmgw.store.open_store`.
+
+Conventions, the same for every method:
+
+- ``get_*`` returns ``None`` when the thing does not exist; methods that
+  change something raise :class:`~llmgw.store.errors.NotFound` instead.
+- Every input is checked before anything is written; a malformed one raises
+  :class:`~llmgw.store.errors.Invalid`, a name already taken in its parent or
+  the removal of something not empty :class:`~llmgw.store.errors.Conflict`.
+- Datetimes given must be timezone-aware; they are kept and returned in UTC.
+- Money is integer micro-dollars.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .records import (
+    ApiKey,
+    AuditEvent,
+    Lease,
+    Limits,
+    Membership,
+    Organization,
+    Project,
+    ResolvedKey,
+    Setting,
+    SettingChange,
+    Team,
+    UsageRow,
+    UsageSum,
+    User,
+)
+
+
+class Store(abc.ABC):
+    """One llmgw store. Safe to share between tasks of one event loop."""
+
+    # ---- lifecycle ---------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgres"``."""
+
+    @property
+    @abc.abstractmethod
+    def schema_version(self) -> int:
+        """The highest migration applied (read when the store was opened)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close every connection. The store cannot be used afterwards."""
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Round-trip to the database; raises StoreUnavailable when it does not answer."""
+
+    # ---- tenancy: organizations, teams, projects ---------------------------
+
+    @abc.abstractmethod
+    async def create_org(self, name: str) -> Organization:
+        """A new organization; its name is unique among organizations."""
+
+    @abc.abstractmethod
+    async def get_org(self, org_id: str) -> Organization | None: ...
+
+    @abc.abstractmethod
+    async def get_org_by_name(self, name: str) -> Organization | None: ...
+
+    @abc.abstractmethod
+    async def list_orgs(self) -> list[Organization]:
+        """Every organization, by name."""
+
+    @abc.abstractmethod
+    async def rename_org(self, org_id: str, name: str) -> Organization: ...
+
+    @abc.abstractmethod
+    async def delete_org(self, org_id: str) -> None:
+        """Remove an organization with no teams and no projects left (else Conflict).
+        Its memberships and limits go with it."""
+
+    @abc.abstractmethod
+    async def create_team(self, org_id: str, name: str) -> Team:
+        """A new team; its name is unique within its organization."""
+
+    @abc.abstractmethod
+    async def get_team(self, team_id: str) -> Team | None: ...
+
+    @abc.abstractmethod
+    async def get_team_by_name(self, org_id: str, name: str) -> Team | None: ...
+
+    @abc.abstractmethod
+    async def list_teams(self, org_id: str | None = None) -> list[Team]:
+        """The teams of one organization (or of all), by name."""
+
+    @abc.abstractmethod
+    async def rename_team(self, team_id: str, name: str) -> Team: ...
+
+    @abc.abstractmethod
+    async def delete_team(self, team_id: str) -> None:
+        """Remove a team with no projects left (else Conflict)."""
+
+    @abc.abstractmethod
+    async def create_project(self, org_id: str, name: str, team_id: str | None = None) -> Project:
+        """A new project in a team of ``org_id``, or directly in the organization.
+        Its name is unique within its parent (the team, else the organization)."""
+
+    @abc.abstractmethod
+    async def get_project(self, project_id: str) -> Project | None: ...
+
+    @abc.abstractmethod
+    async def get_project_by_name(
+        self, org_id: str, name: str, team_id: str | None = None
+    ) -> Project | None: ...
+
+    @abc.abstractmethod
+    async def list_projects(
+        self, org_id: str | None = None, team_id: str | None = None
+    ) -> list[Project]:
+        """Projects of an organization (every one, in teams or not), of a team, or all."""
+
+    @abc.abstractmethod
+    async def rename_project(self, project_id: str, name: str) -> Project: ...
+
+    @abc.abstractmethod
+    async def delete_project(self, project_id: str) -> None:
+        """Remove a project with no usable keys left (else Conflict); its
+        revoked and expired keys, memberships and limits go with it."""
+
+    # ---- tenancy: people and memberships -----------------------------------
+
+    @abc.abstractmethod
+    async def create_user(
+        self,
+        email: str,
+        name: str,
+        *,
+        role: str = "none",
+        state: str = "active",
+        password_hash: str | None = None,
+    ) -> User:
+        """A new person; the email (kept in lower case) is unique."""
+
+    @abc.abstractmethod
+    async def get_user(self, user_id: str) -> User | None: ...
+
+    @abc.abstractmethod
+    async def get_user_by_email(self, email: str) -> User | None:
+        """Case-insensitive."""
+
+    @abc.abstractmethod
+    async def list_users(self, *, state: str | None = None, role: str | None = None) -> list[User]:
+        """People, by email, optionally only those in a state or with a staff role."""
+
+    @abc.abstractmethod
+    async def set_user_state(self, user_id: str, state: str) -> User: ...
+
+    @abc.abstractmethod
+    async def set_user_role(self, user_id: str, role: str) -> User: ...
+
+    @abc.abstractmethod
+    async def set_password_hash(self, user_id: str, password_hash: str | None) -> User:
+        """None removes the password (single sign-on only)."""
+
+    @abc.abstractmethod
+    async def add_membership(
+        self, user_id: str, scope_kind: str, scope_id: str, role: str = "member"
+    ) -> Membership:
+        """Make a person a member (or owner) of an org, team or project; when
+        already a member, the role is changed."""
+
+    @abc.abstractmethod
+    async def remove_membership(self, user_id: str, scope_kind: str, scope_id: str) -> bool:
+        """False when there was no such membership."""
+
+    @abc.abstractmethod
+    async def list_memberships(
+        self,
+        *,
+        user_id: str | None = None,
+        scope_kind: str | None = None,
+        scope_id: str | None = None,
+    ) -> list[Membership]: ...
+
+    # ---- keys --------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_key(
+        self,
+        *,
+        key_hash: str,
+        prefix: str,
+        name: str,
+        project_id: str | None = None,
+        user_id: str | None = None,
+        expires_at: dt.datetime | None = None,
+        priority_band: str | None = None,
+        allowed_models: Sequence[str] | None = None,
+    ) -> ApiKey:
+        """Record a key the caller generated: its SHA-256 (hex) and the prefix
+        shown to people. It needs a project, a person, or both (a member key)."""
+
+    @abc.abstractmethod
+    async def get_key(self, key_id: str) -> ApiKey | None: ...
+
+    @abc.abstractmethod
+    async def get_key_by_hash(self, key_hash: str) -> ApiKey | None:
+        """The key with this hash, revoked or expired ones included."""
+
+    @abc.abstractmethod
+    async def resolve_key(self, key_hash: str) -> ResolvedKey | None:
+        """The key with this hash, its organization and team, its owner's
+        state and every limit on its chain, read in one transaction."""
+
+    @abc.abstractmethod
+    async def list_keys(
+        self,
+        *,
+        project_id: str | None = None,
+        user_id: str | None = None,
+        include_revoked: bool = True,
+    ) -> list[ApiKey]:
+        """Keys of a project and/or a person (or every key), newest first;
+        ``include_revoked=False`` leaves out those revoked by now."""
+
+    @abc.abstractmethod
+    async def revoke_key(self, key_id: str, at: dt.datetime | None = None) -> ApiKey:
+        """Revoke now, or at ``at`` (a rotation's overlap). The earliest
+        revocation stands: revoking a revoked key again changes nothing,
+        unless it brings a scheduled revocation forward."""
+
+    @abc.abstractmethod
+    async def set_key_expiry(self, key_id: str, expires_at: dt.datetime | None) -> ApiKey: ...
+
+    @abc.abstractmethod
+    async def touch_keys(self, last_used: Mapping[str, dt.datetime]) -> int:
+        """Record when keys were last used (key id -> time), in one
+        transaction; a time older than the one kept is ignored. Unknown ids are
+        skipped. Returns how many keys changed."""
+
+    # ---- limits ------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def set_limits(
+        self,
+        scope_kind: str,
+        scope_id: str,
+        *,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        budget_micros: int | None = None,
+        budget_period: str | None = None,
+        allowed_models: Sequence[str] | None = None,
+    ) -> Limits:
+        """Replace every limit on one scope (org, team, project, user, key)."""
+
+    @abc.abstractmethod
+    async def get_limits(self, scope_kind: str, scope_id: str) -> Limits | None: ...
+
+    @abc.abstractmethod
+    async def clear_limits(self, scope_kind: str, scope_id: str) -> bool:
+        """False when the scope had no limits."""
+
+    @abc.abstractmethod
+    async def get_limits_chain(
+        self,
+        *,
+        org_id: str | None = None,
+        team_id: str | None = None,
+        project_id: str | None = None,
+        user_id: str | None = None,
+        key_id: str | None = None,
+    ) -> list[Limits]:
+        """The limits set on each scope named, widest first (org, team,
+        project, user, key), in one query; scopes without limits are absent."""
+
+    # ---- usage -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def insert_usage_rows(self, rows: Sequence[UsageRow]) -> int:
+        """Insert rows and add them to the hourly and daily sums, all in one
+        transaction. Rows whose request id is already stored are skipped, so
+        a batch may be retried. Returns how many were inserted."""
+
+    @abc.abstractmethod
+    async def get_usage(self, request_id: str) -> UsageRow | None: ...
+
+    @abc.abstractmethod
+    async def list_usage(
+        self,
+        *,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        org_id: str | None = None,
+        team_id: str | None = None,
+        project_id: str | None = None,
+        user_id: str | None = None,
+        key_id: str | None = None,
+        model: str | None = None,
+        limit: int = 100,
+    ) -> list[UsageRow]:
+        """Rows in [since, until), newest first; ``model`` matches the served
+        or the requested model."""
+
+    @abc.abstractmethod
+    async def spend_since(self, scope_kind: str, scope_id: str, since: dt.datetime) -> int:
+        """Micro-dollars spent by a scope (org, team, project, user, key) from
+        ``since`` until now, read from the sums (whole days, then whole hours,
+        then the rows of the partial hour)."""
+
+    @abc.abstractmethod
+    async def usage_sums(
+        self,
+        group_by: str | None,
+        period: str,
+        since: dt.datetime,
+        until: dt.datetime,
+        *,
+        scope_kind: str | None = None,
+        scope_id: str | None = None,
+    ) -> list[UsageSum]:
+        """Sums per bucket (``hour`` or UTC ``day``) whose start is in
+        [since, until), per org/team/project/user/key/model (or None: one sum
+        per bucket), optionally only for one scope. Ordered by bucket, then group."""
+
+    @abc.abstractmethod
+    async def delete_usage_before(self, cutoff: dt.datetime) -> int:
+        """Remove usage rows older than ``cutoff`` (the retention); the sums
+        are kept. Returns how many rows went."""
+
+    @abc.abstractmethod
+    async def delete_hourly_sums_before(self, cutoff: dt.datetime) -> int:
+        """Remove hourly sums older than ``cutoff``; daily sums are kept."""
+
+    # ---- settings ----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_setting(self, key: str) -> Setting | None: ...
+
+    @abc.abstractmethod
+    async def get_settings(self) -> dict[str, Setting]:
+        """Every setting, by key."""
+
+    @abc.abstractmethod
+    async def set_setting(self, key: str, value: Any, *, actor: str) -> Setting:
+        """Set a JSON value, recording the change and who made it."""
+
+    @abc.abstractmethod
+    async def unset_setting(self, key: str, *, actor: str) -> bool:
+        """Remove a setting (recorded in the history); False when it was not set."""
+
+    @abc.abstractmethod
+    async def setting_history(self, key: str | None = None, *, limit: int = 100) -> list[SettingChange]:
+        """Changes, newest first, of one key or of all."""
+
+    # ---- leases ------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def try_acquire_lease(
+        self, name: str, holder: str, ttl: dt.timedelta | float
+    ) -> Lease | None:
+        """Take the lease, or extend it when ``holder`` holds it already.
+        None while someone else holds it. Taking a lease that is not held
+        (never was, expired or released) starts a new epoch: epoch + 1."""
+
+    @abc.abstractmethod
+    async def renew_lease(
+        self, name: str, holder: str, ttl: dt.timedelta | float, *, epoch: int | None = None
+    ) -> Lease | None:
+        """Extend a lease ``holder`` still holds (and, when given, in that
+        epoch); None when it has lapsed or is someone else's."""
+
+    @abc.abstractmethod
+    async def release_lease(self, name: str, holder: str) -> bool:
+        """Give the lease up now so another may take it; False when not held by ``holder``."""
+
+    @abc.abstractmethod
+    async def get_lease(self, name: str) -> Lease | None:
+        """The lease as last taken (check ``held_at`` for whether it still is)."""
+
+    # ---- audit -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def append_audit(
+        self, actor: str, action: str, target: str, detail: Mapping[str, Any] | None = None
+    ) -> AuditEvent: ...
+
+    @abc.abstractmethod
+    async def list_audit(
+        self,
+        *,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[AuditEvent]:
+        """Events newest first. ``action`` ending in ``*`` matches a prefix
+        (``keys.*``); ``before_id`` pages back from an earlier answer."""

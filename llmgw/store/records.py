@@ -1,0 +1,266 @@
+"""What the store holds, as immutable records.
+
+Money is integer micro-dollars (1 USD = 1_000_000), never floats. Every
+datetime is timezone-aware UTC. Ids are short strings the store makes
+(``org-…``, ``team-…``, ``prj-…``, ``usr-…``, ``key-…``); a usage row's id is
+the request id the gateway gave it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+import attrs
+
+# ---- vocabularies -----------------------------------------------------------
+
+StaffRole = Literal["none", "viewer", "operator", "billing", "admin"]
+STAFF_ROLES: tuple[str, ...] = ("none", "viewer", "operator", "billing", "admin")
+
+UserState = Literal["active", "pending", "suspended"]
+USER_STATES: tuple[str, ...] = ("active", "pending", "suspended")
+
+MemberScope = Literal["org", "team", "project"]
+MEMBER_SCOPES: tuple[str, ...] = ("org", "team", "project")
+
+MemberRole = Literal["owner", "member"]
+MEMBER_ROLES: tuple[str, ...] = ("owner", "member")
+
+LimitScope = Literal["org", "team", "project", "user", "key"]
+# Also the order of a principal's chain, widest first.
+LIMIT_SCOPES: tuple[str, ...] = ("org", "team", "project", "user", "key")
+
+BudgetPeriod = Literal["day", "month"]
+BUDGET_PERIODS: tuple[str, ...] = ("day", "month")
+
+UsageGroup = Literal["org", "team", "project", "user", "key", "model"]
+USAGE_GROUPS: tuple[str, ...] = ("org", "team", "project", "user", "key", "model")
+
+SumPeriod = Literal["hour", "day"]
+SUM_PERIODS: tuple[str, ...] = ("hour", "day")
+
+
+def _lists_to_tuples(value: Any) -> Any:
+    """A list given for a tuple field becomes a tuple, so records compare
+    equal whichever was given; anything else is left for the store to judge."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+# ---- tenancy ----------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Organization:
+    id: str
+    name: str
+    created_at: dt.datetime
+
+
+@attrs.frozen(kw_only=True)
+class Team:
+    id: str
+    org_id: str
+    name: str
+    created_at: dt.datetime
+
+
+@attrs.frozen(kw_only=True)
+class Project:
+    """A project sits in a team, or directly in its organization (team_id None)."""
+
+    id: str
+    org_id: str
+    team_id: str | None
+    name: str
+    created_at: dt.datetime
+
+
+@attrs.frozen(kw_only=True)
+class User:
+    id: str
+    email: str  # always lower case
+    name: str
+    role: str  # staff role, one of STAFF_ROLES
+    state: str  # one of USER_STATES
+    password_hash: str | None  # None: signs in only through single sign-on
+    created_at: dt.datetime
+
+
+@attrs.frozen(kw_only=True)
+class Membership:
+    user_id: str
+    scope_kind: str  # one of MEMBER_SCOPES
+    scope_id: str
+    role: str  # one of MEMBER_ROLES
+    created_at: dt.datetime
+
+
+# ---- keys and limits -------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ApiKey:
+    """An API key. The secret is never stored, only its SHA-256 (hex).
+
+    A key belongs to a project (a service key), to a person (personal), or
+    to a person within a project (a member key).
+    """
+
+    id: str
+    prefix: str  # the first characters of the secret, shown to people
+    key_hash: str  # sha256 hex of the whole secret
+    name: str
+    project_id: str | None
+    user_id: str | None
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+    last_used_at: dt.datetime | None
+    priority_band: str | None  # None: the gateway's default band
+    # None: whatever the limits allow
+    allowed_models: tuple[str, ...] | None = attrs.field(converter=_lists_to_tuples)
+
+    @property
+    def kind(self) -> str:
+        """``service`` (a project's), ``member`` (a person's in a project) or ``personal``."""
+        if self.project_id is None:
+            return "personal"
+        return "service" if self.user_id is None else "member"
+
+    def usable_at(self, now: dt.datetime) -> bool:
+        """True when the key is neither revoked nor expired at ``now``."""
+        if self.revoked_at is not None and self.revoked_at <= now:
+            return False
+        return self.expires_at is None or now < self.expires_at
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """Limits on one scope. None in a field means "no limit at this level".
+
+    Levels only narrow: the gateway applies every level of a principal's chain.
+    """
+
+    scope_kind: str  # one of LIMIT_SCOPES
+    scope_id: str
+    rpm: int | None = None  # requests a minute
+    tpm: int | None = None  # tokens a minute
+    budget_micros: int | None = None  # money per period, micro-dollars
+    budget_period: str | None = None  # one of BUDGET_PERIODS, set with budget_micros
+    allowed_models: tuple[str, ...] | None = attrs.field(default=None, converter=_lists_to_tuples)
+    updated_at: dt.datetime | None = None  # set by the store
+
+
+@attrs.frozen(kw_only=True)
+class ResolvedKey:
+    """A key with everything the serving path needs to judge a request with it."""
+
+    key: ApiKey
+    org_id: str | None  # the project's organization; None for a personal key
+    team_id: str | None
+    user_state: str | None  # the owning person's state; None for a service key
+    # The chain, widest first: org, team, project, user, key.
+    limits: tuple[Limits, ...] = attrs.field(converter=_lists_to_tuples)
+
+
+# ---- usage -----------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class UsageRow:
+    """One request as served (or refused)."""
+
+    request_id: str
+    at: dt.datetime
+    key_id: str | None = None
+    project_id: str | None = None
+    team_id: str | None = None
+    org_id: str | None = None
+    user_id: str | None = None
+    model_requested: str = ""
+    model_served: str = ""  # empty when nothing served it
+    replica: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_micros: int = 0
+    status: int = 200  # the HTTP status returned to the client
+    outcome: str = "ok"  # ok, error, refused, cache_hit, …
+    latency_ms: int = 0
+    ttft_ms: int | None = None
+    client_user: str | None = None  # the API's `user` field, as the client sent it
+    metadata: dict[str, Any] | None = attrs.field(default=None, hash=False)
+    tags: tuple[str, ...] = attrs.field(default=(), converter=_lists_to_tuples)
+
+    @property
+    def model(self) -> str:
+        """The model the sums count this row under: the one that served it, else the one asked for."""
+        return self.model_served or self.model_requested
+
+
+@attrs.frozen(kw_only=True)
+class UsageSum:
+    """Sums over one bucket (an hour or a UTC day) and one group."""
+
+    bucket: dt.datetime
+    group: str | None  # the org/team/project/user/key id or model; None: none, or no grouping
+    requests: int
+    errors: int  # requests answered with a status >= 400
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost_micros: int
+    latency_ms_sum: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+# ---- settings, leases, audit -----------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Setting:
+    key: str
+    value: Any = attrs.field(hash=False)  # any JSON value
+    version: int  # 1 for the first value this key ever had, +1 per change
+    updated_at: dt.datetime
+    actor: str
+
+
+@attrs.frozen(kw_only=True)
+class SettingChange:
+    id: int
+    key: str
+    value: Any = attrs.field(hash=False)  # None when removed
+    removed: bool
+    version: int
+    at: dt.datetime
+    actor: str
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """A named lease (leadership). ``epoch`` grows every time the lease is
+    taken while not held, so it fences out a former holder."""
+
+    name: str
+    holder: str
+    epoch: int
+    acquired_at: dt.datetime  # when this epoch began
+    expires_at: dt.datetime
+
+    def held_at(self, now: dt.datetime) -> bool:
+        return now < self.expires_at
+
+
+@attrs.frozen(kw_only=True)
+class AuditEvent:
+    id: int
+    at: dt.datetime
+    actor: str
+    action: str
+    target: str
+    detail: dict[str, Any] | None = attrs.field(default=None, hash=False)

@@ -1,0 +1,239 @@
+"""The SQLite backend (aiosqlite): the embedded store of ``llmgw up`` and of a
+single control plane.
+
+WAL journal, foreign keys on, a busy timeout for other processes (``llmgw
+users`` run beside a server). Writes go through one connection, one
+transaction at a time, serialised by an asyncio.Lock; reads use a second
+connection, which WAL lets read while a write is in progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import aiosqlite
+
+from .errors import Conflict, Invalid, StoreError, StoreUnavailable
+from .migrate import SCHEMA_MIGRATIONS_DDL, Migration, run_migrations
+from .sql_keys import SQLKeys
+from .sql_ops import SQLOps
+from .sql_tenancy import SQLTenancy
+from .sqlbase import UTC, Clock, T, Work
+
+BUSY_TIMEOUT_MS = 5000
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+class SQLiteTx:
+    """A transaction on one aiosqlite connection (see sqlbase.Tx)."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+
+    async def fetch(self, sql: str, *args: Any) -> Sequence[sqlite3.Row]:
+        async with self._conn.execute(sql, args) as cur:
+            return await cur.fetchall()
+
+    async def fetchrow(self, sql: str, *args: Any) -> sqlite3.Row | None:
+        async with self._conn.execute(sql, args) as cur:
+            row = await cur.fetchone()
+            # Drain, so a statement with RETURNING has run to completion.
+            await cur.fetchall()
+            return row
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        row = await self.fetchrow(sql, *args)
+        return None if row is None else row[0]
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        async with self._conn.execute(sql, args) as cur:
+            return cur.rowcount
+
+    async def executemany(self, sql: str, args: Sequence[Sequence[Any]]) -> None:
+        await self._conn.executemany(sql, args)
+
+
+def _translate(e: sqlite3.Error) -> StoreError:
+    text = str(e)
+    if isinstance(e, sqlite3.IntegrityError):
+        if "UNIQUE" in text or "PRIMARY KEY" in text:
+            return Conflict(f"already exists ({text})")
+        return Invalid(f"refused by the database: {text}")
+    if isinstance(e, sqlite3.OperationalError) and "locked" in text:
+        return StoreUnavailable(
+            f"sqlite: the database stayed locked by another process for {BUSY_TIMEOUT_MS} ms ({text})"
+        )
+    return StoreError(f"sqlite: {text}")
+
+
+class SQLiteStore(SQLTenancy, SQLKeys, SQLOps):
+    def __init__(
+        self,
+        path: str | None,
+        writer: aiosqlite.Connection,
+        reader: aiosqlite.Connection,
+        clock: Clock | None,
+    ) -> None:
+        super().__init__(clock)
+        self.path = path  # None: in memory
+        self._writer = writer
+        self._reader = reader
+        self._write_lock = asyncio.Lock()
+        # In memory there is one connection, so reads queue behind writes.
+        self._read_lock = self._write_lock if reader is writer else asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: str | None, *, clock: Clock | None = None) -> SQLiteStore:
+        """Open (creating when absent) and migrate; ``path`` None is a private in-memory database."""
+        if path is not None:
+            _create_private(path)
+        target = path or ":memory:"
+        try:
+            writer = await _connect(target, memory=path is None)
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"sqlite: cannot open {target}: {e}") from None
+        reader = writer
+        try:
+            store_version = await run_migrations(_SQLiteMigrations(writer), "sqlite")
+            if path is not None:
+                reader = await _connect(target, memory=False)
+        except BaseException:
+            await writer.close()
+            raise
+        store = cls(path, writer, reader, clock)
+        store._schema_version = store_version
+        return store
+
+    @property
+    def dialect(self) -> str:
+        return "sqlite"
+
+    def _t(self, value: dt.datetime | None) -> Any:
+        return None if value is None else value.astimezone(UTC).strftime(_TIME_FORMAT)
+
+    def _dt(self, value: Any) -> dt.datetime | None:
+        return None if value is None else dt.datetime.fromisoformat(value).astimezone(UTC)
+
+    async def _run(self, conn: aiosqlite.Connection, lock: asyncio.Lock, begin: str, work: Work[T]) -> T:
+        if self._closed:
+            raise StoreError("the store is closed")
+        async with lock:
+            try:
+                await conn.execute(begin)
+                result = await work(SQLiteTx(conn))
+                await conn.execute("COMMIT")
+                return result
+            except BaseException as e:
+                if conn.in_transaction:
+                    await conn.execute("ROLLBACK")
+                if isinstance(e, sqlite3.Error):
+                    raise _translate(e) from e
+                raise
+
+    async def _write(self, work: Work[T]) -> T:
+        # IMMEDIATE takes the write lock at once, so another process's writer
+        # waits on the busy timeout instead of failing half-way.
+        return await self._run(self._writer, self._write_lock, "BEGIN IMMEDIATE", work)
+
+    async def _read(self, work: Work[T]) -> T:
+        return await self._run(self._reader, self._read_lock, "BEGIN", work)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Wait for the transactions in progress to end.
+        async with self._write_lock:
+            if self._reader is not self._writer:
+                async with self._read_lock:
+                    await self._reader.close()
+            await self._writer.close()
+
+
+def _create_private(path: str) -> None:
+    """Create the file readable by its owner only: it holds key and password hashes."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise Invalid(f"sqlite: the folder {folder} does not exist; create it or choose another path")
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    except OSError as e:
+        raise StoreUnavailable(f"sqlite: cannot open {path}: {e.strerror}") from None
+
+
+async def _connect(target: str, *, memory: bool) -> aiosqlite.Connection:
+    conn = await aiosqlite.connect(target, isolation_level=None)
+    try:
+        conn.row_factory = sqlite3.Row
+        await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        await conn.execute("PRAGMA foreign_keys = ON")
+        if not memory:
+            async with conn.execute("PRAGMA journal_mode = WAL") as cur:
+                row = await cur.fetchone()
+            if row is None or str(row[0]).lower() != "wal":
+                raise StoreError(f"sqlite: {target} could not be put in WAL mode (got {row and row[0]})")
+            await conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+class _SQLiteMigrations:
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+
+    async def applied(self) -> dict[int, str]:
+        await self._conn.execute(SCHEMA_MIGRATIONS_DDL["sqlite"])
+        async with self._conn.execute("SELECT version, name FROM schema_migrations") as cur:
+            return {int(r[0]): r[1] for r in await cur.fetchall()}
+
+    async def apply(self, migration: Migration) -> None:
+        # Statement by statement inside our own transaction (executescript
+        # would commit on its own), and only if another process starting on
+        # the same file has not applied it in the meantime.
+        conn = self._conn
+        try:
+            await conn.execute("BEGIN IMMEDIATE")
+            async with conn.execute(
+                "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
+            ) as cur:
+                done = await cur.fetchone()
+            if done is None:
+                for statement in split_script(migration.sql):
+                    await conn.execute(statement)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (migration.version, migration.name, dt.datetime.now(UTC).strftime(_TIME_FORMAT)),
+                )
+            await conn.execute("COMMIT")
+        except BaseException as e:
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error):
+                raise StoreError(
+                    f"sqlite: migration {migration.version:04d}_{migration.name} failed: {e}"
+                ) from e
+            raise
+
+
+def split_script(sql: str) -> list[str]:
+    """A script's statements, split where SQLite says a statement is complete
+    (so a trigger's BEGIN … END; stays whole)."""
+    statements: list[str] = []
+    pending = ""
+    for line in sql.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    rest = "\n".join(x for x in pending.splitlines() if not x.strip().startswith("--")).strip()
+    if rest:
+        raise StoreError(f"sqlite: a migration ends in an unfinished statement: {rest[:80]!r}")
+    return statements

@@ -1,0 +1,1 @@
+"""Store tests: every one runs against SQLite and PostgreSQL."""
