@@ -1,0 +1,1 @@
+"""The node agent: what a node has, what runs on it, and the weights it holds."""
