@@ -1,0 +1,1 @@
+"""Guardrails: checking the text that goes to a model and the text that comes back."""
