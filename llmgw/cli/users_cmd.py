@@ -1,12 +1,150 @@
-"""`llmgw users`: manage people: create, list, roles, reset links (against the store)."""
+"""`llmgw users`: manage people: create, list, suspend, roles, memberships (against the store)."""
 
 from __future__ import annotations
 
-from llmgw.cli.common import not_built
+import argparse
+import sys
 
-HELP = "Manage people: create, list, roles, reset links (against the store)."
+from llmgw.cli.common import add_json_flag, print_json, print_table
+from llmgw.cli.store_access import add_store_arguments, tenancy_command, to_json, when
+from llmgw.store import MEMBER_ROLES, STAFF_ROLES, USER_STATES
+
+HELP = "Manage people: create, list, suspend, roles, memberships (against the store)."
+DESCRIPTION = (
+    "Manage people: create them, list them, suspend and reinstate them, give them a staff role, "
+    "and make them members of organizations, teams and projects. A person is named by email or id."
+)
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("users", help=HELP, description=HELP)
-    parser.set_defaults(handler=not_built("users", "issue #3 (the gateway)"))
+    parser = sub.add_parser("users", help=HELP, description=DESCRIPTION)
+    commands = parser.add_subparsers(dest="users_command", metavar="SUBCOMMAND")
+    parser.set_defaults(handler=_usage(parser))
+
+    create = commands.add_parser("create", help="Add a person.",
+                                 description="Add a person, active unless --pending.")
+    create.add_argument("email", metavar="EMAIL")
+    create.add_argument("--name", default="", help="their name (default: the email's local part)")
+    create.add_argument("--role", default="none", choices=STAFF_ROLES, help="their staff role (default: none)")
+    create.add_argument("--pending", action="store_true", help="waiting for approval instead of active")
+    _common(create, _create)
+
+    lister = commands.add_parser("list", help="List people.", description="List people, by email.")
+    lister.add_argument("--state", choices=USER_STATES, help="only people in this state")
+    lister.add_argument("--role", choices=STAFF_ROLES, help="only people with this staff role")
+    _common(lister, _list)
+
+    for name, state, text in (
+        ("suspend", "suspended", "Suspend a person: their keys stop working (403) until reinstated."),
+        ("activate", "active", "Reinstate a suspended person, or approve one waiting."),
+    ):
+        p = commands.add_parser(name, help=text, description=text)
+        p.add_argument("user", metavar="USER", help="email or id")
+        p.set_defaults(state=state)
+        _common(p, _state)
+
+    role = commands.add_parser("role", help="Give a person a staff role.",
+                               description=f"Give a person a staff role: {', '.join(STAFF_ROLES)}.")
+    role.add_argument("user", metavar="USER", help="email or id")
+    role.add_argument("role", metavar="ROLE", choices=STAFF_ROLES)
+    _common(role, _role)
+
+    add = commands.add_parser("add-member", help="Make a person a member of an organization, team or project.",
+                              description="Make a person a member (or, with --owner, an owner) of an "
+                              "organization, team or project, named by its path.")
+    add.add_argument("user", metavar="USER", help="email or id")
+    add.add_argument("path", metavar="PATH", help="ORG, ORG/TEAM or ORG/TEAM/PROJECT")
+    add.add_argument("--owner", action="store_true", help="as an owner rather than a member")
+    _common(add, _add_member)
+
+    remove = commands.add_parser("remove-member", help="Take a person out of an organization, team or project.",
+                                 description="Take a person out of an organization, team or project. "
+                                 "Their keys in it are not revoked: do that with llmgw keys revoke.")
+    remove.add_argument("user", metavar="USER", help="email or id")
+    remove.add_argument("path", metavar="PATH")
+    _common(remove, _remove_member)
+
+
+def _common(parser: argparse.ArgumentParser, fn) -> None:
+    add_json_flag(parser)
+    add_store_arguments(parser)
+    parser.set_defaults(handler=tenancy_command(fn))
+
+
+def _usage(parser: argparse.ArgumentParser):
+    def handler(args: argparse.Namespace) -> int:
+        parser.print_usage(sys.stderr)
+        print("llmgw users: name a subcommand: create, list, suspend, activate, role, add-member or remove-member",
+              file=sys.stderr)
+        return 2
+
+    return handler
+
+
+def user_json(user) -> dict:
+    data = to_json(user)
+    data.pop("password_hash", None)
+    data["has_password"] = user.password_hash is not None
+    return data
+
+
+def _row(user) -> dict:
+    return {"email": user.email, "name": user.name, "state": user.state, "role": user.role,
+            "id": user.id, "created": when(user.created_at)}
+
+
+async def _create(args, tenancy) -> int:
+    user = await tenancy.create_user(args.email, args.name, role=args.role,
+                                     state="pending" if args.pending else "active")
+    if args.json:
+        print_json(user_json(user))
+    else:
+        print(f"created {user.email} ({user.id}), {user.state}")
+    return 0
+
+
+async def _list(args, tenancy) -> int:
+    users = await tenancy.list_users(state=args.state, role=args.role)
+    if args.json:
+        print_json([user_json(u) for u in users])
+    else:
+        print_table([_row(u) for u in users], ["email", "name", "state", "role", "id", "created"])
+    return 0
+
+
+async def _state(args, tenancy) -> int:
+    user = await tenancy.set_user_state(args.user, args.state)
+    if args.json:
+        print_json(user_json(user))
+    else:
+        print(f"{user.email} is now {user.state}")
+    return 0
+
+
+async def _role(args, tenancy) -> int:
+    user = await tenancy.set_user_role(args.user, args.role)
+    if args.json:
+        print_json(user_json(user))
+    else:
+        print(f"{user.email} now has the staff role {user.role}")
+    return 0
+
+
+async def _add_member(args, tenancy) -> int:
+    role = "owner" if args.owner else "member"
+    assert role in MEMBER_ROLES
+    m = await tenancy.add_member(args.user, args.path, role)
+    if args.json:
+        print_json({**to_json(m), "path": args.path})
+    else:
+        print(f"{args.user} is now {'an owner' if args.owner else 'a member'} of {args.path}")
+    return 0
+
+
+async def _remove_member(args, tenancy) -> int:
+    await tenancy.remove_member(args.user, args.path)
+    if args.json:
+        print_json({"user": args.user, "path": args.path, "removed": True})
+    else:
+        print(f"{args.user} is no longer a member of {args.path}")
+    return 0

@@ -1,0 +1,1 @@
+"""Limits, budgets, prices, the usage writer and the accountant."""

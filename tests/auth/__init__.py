@@ -1,0 +1,1 @@
+"""Keys, principals and tenancy: the store-touching ones run on SQLite and PostgreSQL."""
