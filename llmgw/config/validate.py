@@ -211,19 +211,14 @@ def _listeners(config: ServerConfig) -> list[Problem]:
 def _store(config: ServerConfig) -> list[Problem]:
     store = config.store
     problems = []
-    dsn = store.dsn.reveal()
-    scheme = urlsplit(dsn).scheme if "://" in dsn else ""
-    if scheme and scheme not in ("postgres", "postgresql"):
-        problems.append(
-            Problem(
-                ("store", "dsn"),
-                f"{scheme}:// is not a store llmgw knows; give a SQLite file's path or a postgres:// address",
-            )
-        )
-    if not dsn.strip():
-        problems.append(
-            Problem(("store", "dsn"), "empty; give a SQLite file's path or a postgres:// address")
-        )
+    # One reading of a store address: the store's own, so the two never disagree.
+    from llmgw.store import parse_dsn
+    from llmgw.store.errors import Invalid
+
+    try:
+        parse_dsn(store.dsn.reveal())
+    except Invalid as exc:
+        problems.append(Problem(("store", "dsn"), str(exc).removeprefix("store address: ")))
     problems += _at_least(("store", "pool_max"), store.pool_max, 1)
     if store.pool_min > store.pool_max:
         problems.append(

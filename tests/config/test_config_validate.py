@@ -113,9 +113,10 @@ def test_trusted_proxies_must_be_addresses():
 
 def test_store_pool_and_address():
     assert one({"store": {"pool_min": 5, "pool_max": 2}}) == "store.pool_min: 5 is more than pool_max (2)"
-    assert one({"store": {"dsn": "mysql://db/llmgw"}}).startswith(
-        "store.dsn: mysql:// is not a store llmgw knows"
-    )
+    assert one({"store": {"dsn": "mysql://db/llmgw"}}).startswith("store.dsn: unknown kind 'mysql'")
+    # The forms the store itself accepts pass.
+    for dsn in ("sqlite:///var/lib/llmgw/store.db", "/var/lib/llmgw/store.db", "postgres://h1,h2/llmgw"):
+        assert not problems({"store": {"dsn": dsn}})
 
 
 def test_a_batch_larger_than_the_buffer_is_refused():
