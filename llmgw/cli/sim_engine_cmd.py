@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import attrs
 
@@ -66,7 +67,12 @@ def run(args: argparse.Namespace):
     options = options_from_args(args)
 
     async def main() -> int:
-        await serve(options)
+        try:
+            await serve(options)
+        except OSError as exc:  # the port is taken, the address is not ours
+            print(f"llmgw sim-engine: cannot listen on {options.host}:{options.port}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 1
         return 0
 
     return main()
