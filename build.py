@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 BUILDINFO = ROOT / "llmgw" / "_buildinfo.json"
+PACKED_DOCS = ROOT / "llmgw" / "_docs"  # the manual, copied in for the build only
 
 # Replaces shiv's __main__.py: picks a place to unpack before shiv's bootstrap
 # runs, so a read-only or missing HOME still works, and says where it went.
@@ -120,6 +121,10 @@ def build() -> int:
         "built_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     BUILDINFO.write_text(json.dumps(info, indent=2))
+    shutil.rmtree(PACKED_DOCS, ignore_errors=True)
+    PACKED_DOCS.mkdir()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        shutil.copy2(page, PACKED_DOCS / page.name)
     output.parent.mkdir(parents=True, exist_ok=True)
     staged = output.with_suffix(".shiv.pyz")
     try:
@@ -134,6 +139,7 @@ def build() -> int:
         _replace_main(staged, output, config["interpreter"])
     finally:
         BUILDINFO.unlink(missing_ok=True)
+        shutil.rmtree(PACKED_DOCS, ignore_errors=True)
         staged.unlink(missing_ok=True)
         for leftover in ROOT.glob("build"):
             shutil.rmtree(leftover, ignore_errors=True)
