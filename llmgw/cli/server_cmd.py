@@ -1,12 +1,55 @@
-"""`llmgw server`: run a control plane: the client API, the admin API, the scheduler and the agent endpoint."""
+"""`llmgw server`: run a control plane: the client API, the admin API, the scheduler and the agent endpoint.
+
+What runs today is the client API (the gateway) on `listen` and its metrics
+on `metrics_listen`; the admin API, the scheduler and the agent endpoint
+come with the cluster issue.
+"""
 
 from __future__ import annotations
 
-from llmgw.cli.common import not_built
+import argparse
+import os
+import sys
 
 HELP = "Run a control plane: the client API, the admin API, the scheduler and the agent endpoint."
+DEFAULT_CONFIG = "/etc/llmgw/server.yaml"
 
 
 def register(sub) -> None:
     parser = sub.add_parser("server", help=HELP, description=HELP)
-    parser.set_defaults(handler=not_built("server", "issue #4 (the cluster)"))
+    parser.add_argument(
+        "--config", "-c", metavar="PATH",
+        default=os.environ.get("LLMGW_CONFIG", DEFAULT_CONFIG),
+        help=f"server.yaml to read (default {DEFAULT_CONFIG}, or $LLMGW_CONFIG)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace):
+    from llmgw.config import ConfigError, load_server_config
+
+    try:
+        config = load_server_config(args.config)
+    except ConfigError as exc:
+        print(f"llmgw server: {args.config} cannot be used:", file=sys.stderr)
+        for problem in exc.details:
+            print(f"  {problem.located(args.config)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"llmgw server: cannot read {args.config}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return _serve(config)
+
+
+async def _serve(config) -> int:
+    from llmgw.server import run_server
+    from llmgw.store import StoreError
+
+    try:
+        return await run_server(config)
+    except StoreError as exc:
+        print(f"llmgw server: the store cannot be used: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"llmgw server: cannot listen: {exc.strerror or exc}", file=sys.stderr)
+        return 1

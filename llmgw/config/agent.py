@@ -66,3 +66,14 @@ class AgentConfig:
         Duration(seconds=5), doc="How often the agent reports load and sensors to the control plane."
     )
     log_ring_size: int = setting(2000, doc="Lines of each engine's output kept in memory for llmgw ctl logs.")
+    engine_host: str = setting(
+        "0.0.0.0",
+        doc="The address engines listen on; 0.0.0.0 is every address, one address keeps them off the others.",
+    )
+    engine_ports: str = setting(
+        "20000-20999", doc="The ports engines listen on, one per shard, as FIRST-LAST."
+    )
+    engine_start_timeout: Duration = setting(
+        Duration(minutes=15),
+        doc="How long an engine may take from its start to answering its readiness check before its start fails.",
+    )

@@ -231,7 +231,7 @@ class AdmissionConfig:
 
     queue_depth: int = setting(256, doc="Requests that may wait for one model; the next is refused with 429.")
     max_wait: Duration = setting(
-        Duration(seconds=30), doc="Longest a request waits for a free replica before it is refused with 429."
+        Duration(seconds=30), doc="Longest a request waits for a free replica before it is refused with 503."
     )
     bands: list[Band] = setting(factory=_default_bands, doc="Priority bands, highest first.")
     default_band: str = setting("silver", doc="The band of a key that names none.")
@@ -424,6 +424,10 @@ class ModelConfig:
         factory=list, doc="Providers serving this model outside the cluster, tried in order."
     )
     fallbacks: list[str] = setting(factory=list, doc="Models tried, in order, when this one has no capacity.")
+    concurrency: int = setting(
+        64,
+        doc="Requests sent to one replica of this model at once; more wait in the admission queue.",
+    )
     price: Price | None = setting(None, doc="What this model costs; empty uses prices.default.")
     profiles: list[Profile] = setting(
         factory=list, doc="Ways to run it on the cluster, in order of preference."

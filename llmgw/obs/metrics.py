@@ -1,0 +1,137 @@
+"""The gateway's Prometheus metrics, one registry per server instance.
+
+Names follow the reference's dashboards and alerts:
+
+- `llmgw_requests_total{model,outcome}` and `llmgw_tenant_requests_total{tenant,outcome}`:
+  outcome is `ok`, `error` (an engine or the gateway failed, or the request
+  was wrong), `limited` (a rate, token or budget limit, or a full queue),
+  `refused` (any other refusal: key, model, capacity) or `cancelled` (the
+  client went away);
+- `llmgw_request_duration_seconds{model}`, `llmgw_ttft_seconds{model}`,
+  `llmgw_tpot_seconds{model}`, `llmgw_tenant_ttft_seconds{tenant}`;
+- `llmgw_tokens_total{model,direction}` and `llmgw_tenant_tokens_total{tenant,direction}`,
+  direction `prompt` or `completion`;
+- `llmgw_queue_wait_seconds{model,band}`, `llmgw_queue_depth{model,band}`;
+- `llmgw_replica_in_flight{model,replica}`, `llmgw_replica_healthy{model,replica}`,
+  `llmgw_replica_engine_waiting{model,replica}`;
+- `llmgw_upstream_retries_total{model}`, `llmgw_fallbacks_total{model,served,reason}`.
+
+The tenant is the project of the key (`none` for a personal key,
+`anonymous` when keys are off). `model` is the model that answered, else
+the one asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600, 1800)
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2, 4, 8, 15, 30, 60, 120)
+TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
+QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+
+OUTCOMES = ("ok", "error", "limited", "refused", "cancelled")
+
+
+class _LiveCollector:
+    """Gauges read at scrape time from the router's own state (no bookkeeping on the hot path)."""
+
+    def __init__(self) -> None:
+        self.queue_depths: Callable[[], Iterable[tuple[str, str, int]]] | None = None
+        self.replicas: Callable[[], Iterable] | None = None
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        depth = GaugeMetricFamily("llmgw_queue_depth", "Requests waiting for room, by model and band.",
+                                  labels=["model", "band"])
+        if self.queue_depths is not None:
+            for model, band, waiting in self.queue_depths():
+                depth.add_metric([model, band], waiting)
+        yield depth
+        in_flight = GaugeMetricFamily("llmgw_replica_in_flight", "Requests this gateway has at a replica.",
+                                      labels=["model", "replica"])
+        healthy = GaugeMetricFamily("llmgw_replica_healthy",
+                                    "1 while a replica takes requests, 0 while it is ejected after failures.",
+                                    labels=["model", "replica"])
+        waiting = GaugeMetricFamily("llmgw_replica_engine_waiting",
+                                    "Requests waiting inside the engine, as last scraped.", labels=["model", "replica"])
+        if self.replicas is not None:
+            for r in self.replicas():
+                in_flight.add_metric([r.model, r.id], r.in_flight)
+                healthy.add_metric([r.model, r.id], 1.0 if r.usable() else 0.0)
+                waiting.add_metric([r.model, r.id], r.load.waiting)
+        yield in_flight
+        yield healthy
+        yield waiting
+
+
+class GatewayMetrics:
+    """Every gateway series, in a registry of its own (several gateways may share a process in tests)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self.requests = Counter("llmgw_requests", "Requests answered, by model and outcome.",
+                                ["model", "outcome"], registry=reg)
+        self.tenant_requests = Counter("llmgw_tenant_requests", "Requests answered, by tenant and outcome.",
+                                       ["tenant", "outcome"], registry=reg)
+        self.duration = Histogram("llmgw_request_duration_seconds", "Time from a request's arrival to its answer's end.",
+                                  ["model"], buckets=DURATION_BUCKETS, registry=reg)
+        self.ttft = Histogram("llmgw_ttft_seconds", "Time from arrival to a streamed answer's first event.",
+                              ["model"], buckets=TTFT_BUCKETS, registry=reg)
+        self.tenant_ttft = Histogram("llmgw_tenant_ttft_seconds", "Time to first event, by tenant.",
+                                     ["tenant"], buckets=TTFT_BUCKETS, registry=reg)
+        self.tpot = Histogram("llmgw_tpot_seconds", "Mean time per output token after the first, one sample a request.",
+                              ["model"], buckets=TPOT_BUCKETS, registry=reg)
+        self.tokens = Counter("llmgw_tokens", "Tokens read and written, by model and direction.",
+                              ["model", "direction"], registry=reg)
+        self.tenant_tokens = Counter("llmgw_tenant_tokens", "Tokens by tenant and direction.",
+                                     ["tenant", "direction"], registry=reg)
+        self.queue_wait = Histogram("llmgw_queue_wait_seconds", "Time a request waited for room on a replica.",
+                                    ["model", "band"], buckets=QUEUE_BUCKETS, registry=reg)
+        self.retries = Counter("llmgw_upstream_retries", "Requests sent again to another replica after a failure.",
+                               ["model"], registry=reg)
+        self.fallbacks = Counter("llmgw_fallbacks", "Requests answered by a fallback model, and why.",
+                                 ["model", "served", "reason"], registry=reg)
+        self._live = _LiveCollector()
+        reg.register(self._live)
+
+    def bind(self, *, queue_depths: Callable[[], Iterable[tuple[str, str, int]]] | None = None,
+             replicas: Callable[[], Iterable] | None = None) -> None:
+        """Where the live gauges read from: admission's queues and the replica set."""
+        if queue_depths is not None:
+            self._live.queue_depths = queue_depths
+        if replicas is not None:
+            self._live.replicas = replicas
+
+    def request_done(self, *, model: str, tenant: str, outcome: str, duration: float,
+                     prompt_tokens: int, completion_tokens: int, ttft: float | None,
+                     tpot: float | None) -> None:
+        self.requests.labels(model, outcome).inc()
+        self.tenant_requests.labels(tenant, outcome).inc()
+        self.duration.labels(model).observe(duration)
+        if prompt_tokens:
+            self.tokens.labels(model, "prompt").inc(prompt_tokens)
+            self.tenant_tokens.labels(tenant, "prompt").inc(prompt_tokens)
+        if completion_tokens:
+            self.tokens.labels(model, "completion").inc(completion_tokens)
+            self.tenant_tokens.labels(tenant, "completion").inc(completion_tokens)
+        if ttft is not None:
+            self.ttft.labels(model).observe(ttft)
+            self.tenant_ttft.labels(tenant).observe(ttft)
+        if tpot is not None:
+            self.tpot.labels(model).observe(tpot)
+
+    def queued(self, model: str, band: str, seconds: float) -> None:
+        self.queue_wait.labels(model, band).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

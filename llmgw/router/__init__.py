@@ -1,0 +1,13 @@
+"""The client API: OpenAI-compatible handlers in front of the engines.
+
+Where things are:
+
+- `app.py`: the aiohttp application, routes, request ids, errors in OpenAI's shape;
+- `handlers_openai.py`: the endpoints; `pipeline.py`: one request from key to usage row;
+- `gateway.py`: the parts one server holds (catalog, replicas, admission, engine client, …);
+- `replicas.py`: `ReplicaSet`, what the control plane fills, and the static one from server.yaml;
+- `scrape.py`: engines' load from their /metrics; `choose.py`: which replica; `admission.py`: who waits;
+- `proxy.py`: talking to engines, timeouts; `sse.py`: the stream relay; `errors.py`: refusals.
+
+docs/gateway.md explains the behaviour to operators.
+"""

@@ -1,0 +1,96 @@
+"""The client API's aiohttp application: routes, request ids, errors in OpenAI's shape.
+
+`make_router_app(gateway)` builds it; the gateway's HTTP client and scraper
+run in its cleanup context. Serve it with `handler_cancellation=True` on the
+runner, so a client that goes away cancels its request (and the engine's).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from llmgw.obs import logs
+from llmgw.router import handlers_openai as h
+from llmgw.router.errors import GatewayError
+from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, Gateway
+from llmgw.router.pipeline import new_request_id
+
+log = logs.get("llmgw.router")
+
+#: A client's own request id is echoed when it looks like one: letters, digits and ._:-, at most 128.
+_SANE_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+
+
+def client_request_id(request: web.Request) -> str | None:
+    given = request.headers.get("x-request-id")
+    return given if given and _SANE_ID.fullmatch(given) else None
+
+
+@web.middleware
+async def request_ids_and_errors(request: web.Request, handler) -> web.StreamResponse:
+    """Give every request an id, and every failure an OpenAI-shaped answer."""
+    request[REQUEST_ID] = new_request_id()
+    client_id = client_request_id(request)
+    if client_id:
+        request[CLIENT_REQUEST_ID] = client_id
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        return exc.response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status, "http_error")
+        message = {404: f"no such endpoint: {request.method} {request.path}",
+                   405: f"{request.method} is not allowed on {request.path}"}.get(exc.status, exc.reason)
+        return GatewayError(exc.status, code, message).response()
+    except Exception:
+        log.exception("request failed", extra={"fields": {"request_id": request[REQUEST_ID], "path": request.path}})
+        return GatewayError(500, "internal_error",
+                            f"the gateway failed on this request; quote request id {request[REQUEST_ID]}",
+                            type="server_error").response()
+
+
+async def _stamp_ids(request: web.Request, response: web.StreamResponse) -> None:
+    """x-request-id on every answer: the client's own when it sent a sane one, else ours;
+    x-llmgw-request-id is always ours (the id of the usage record)."""
+    ours = request.get(REQUEST_ID)
+    if ours:
+        response.headers["x-request-id"] = request.get(CLIENT_REQUEST_ID) or ours
+        response.headers["x-llmgw-request-id"] = ours
+
+
+def make_router_app(gateway: Gateway) -> web.Application:
+    app = web.Application(
+        middlewares=[request_ids_and_errors],
+        # The pipeline checks the size itself, with our error; aiohttp's own limit is one byte more.
+        client_max_size=int(gateway.config.router.max_body_bytes) + 1,
+    )
+    app[GATEWAY] = gateway
+    app.on_response_prepare.append(_stamp_ids)
+    app.cleanup_ctx.append(_gateway_lifecycle)
+    app.router.add_routes([
+        web.post("/v1/chat/completions", h.chat_completions),
+        web.post("/v1/completions", h.completions),
+        web.post("/v1/embeddings", h.embeddings),
+        web.get("/v1/models", h.list_models),
+        web.get("/me", h.me),
+        web.get("/v1/me", h.me),
+        web.get("/health", h.health),
+        web.get("/ready", h.ready),
+    ])
+    return app
+
+
+async def _gateway_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    gateway = app[GATEWAY]
+    await gateway.start()
+    try:
+        yield
+    finally:
+        await gateway.close()
+        logs.event(log, "gateway stopped", logging.INFO)

@@ -1,0 +1,110 @@
+"""The gateway's parts, put together once per server: what every handler reaches through `GATEWAY`.
+
+`Gateway` holds the configuration, the catalog, the replica set, the
+chooser, admission, the engine client, the scraper, the key resolver, the
+accountant and the metrics. `start()` and `close()` are called by the app's
+cleanup context: the HTTP client and the scraper live as long as the app.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from llmgw.accounting.api import AccountantProtocol
+from llmgw.auth.principal import ANONYMOUS, AuthError, KeyResolverProtocol, Principal
+from llmgw.config.server import ServerConfig
+from llmgw.obs import logs
+from llmgw.obs.metrics import GatewayMetrics
+from llmgw.router.admission import Admission
+from llmgw.router.catalog import Catalog
+from llmgw.router.choose import Chooser
+from llmgw.router.errors import GatewayError
+from llmgw.router.proxy import Timeouts, Upstream
+from llmgw.router.replicas import STALE_AFTER_SCRAPES, ReplicaSet
+from llmgw.router.scrape import Scraper
+
+log = logs.get("llmgw.router")
+
+#: Headers a client may send its key in.
+_BEARER = "bearer "
+
+
+class Gateway:
+    def __init__(self, config: ServerConfig, *, replicas: ReplicaSet, accountant: AccountantProtocol | None,
+                 resolver: KeyResolverProtocol | None, metrics: GatewayMetrics) -> None:
+        self.config = config
+        self.replicas = replicas
+        #: None only until the app's cleanup context has built one (see llmgw.server.app)
+        self.accountant: AccountantProtocol = accountant  # type: ignore[assignment]
+        self.resolver = resolver
+        self.metrics = metrics
+        self.catalog = Catalog(config.models, replicas)
+        router = config.router
+        scrape_every = router.scrape_interval.total_seconds()
+        self.chooser = Chooser(router.affinity, stale_after=scrape_every * STALE_AFTER_SCRAPES)
+        self.admission = Admission(config.admission, replicas, self.chooser)
+        self.timeouts = Timeouts.from_config(router.timeouts)
+        self.upstream = Upstream(self.timeouts)
+        self.scraper: Scraper | None = None
+        self.keys_required = config.auth.keys_required
+        metrics.bind(queue_depths=self.admission.depths, replicas=lambda: list(replicas))
+
+    # -- lifecycle (the app's cleanup context) -----------------------------
+
+    async def start(self) -> None:
+        session = await self.upstream.start()
+        self.scraper = Scraper(self.replicas, session, self.config.router.scrape_interval.total_seconds(),
+                               after_round=self.admission.pump_all)
+        self.scraper.start()
+        logs.event(log, "gateway ready", models=len(self.catalog.names()), replicas=len(self.replicas),
+                   keys_required=self.keys_required)
+
+    async def close(self) -> None:
+        if self.scraper is not None:
+            await self.scraper.stop()
+        await self.upstream.close()
+
+    # -- who is asking ------------------------------------------------------
+
+    async def authenticate(self, request: web.Request) -> Principal:
+        """The principal behind a request: its key's, or ANONYMOUS when keys are off."""
+        if not self.keys_required:
+            return ANONYMOUS
+        secret = _key_of(request)
+        if not secret:
+            raise GatewayError(401, "missing_api_key",
+                               "no API key: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`")
+        if self.resolver is None:
+            raise GatewayError(503, "auth_unavailable", "keys are required but this gateway cannot check them yet")
+        try:
+            return await self.resolver.resolve(secret)
+        except AuthError as exc:
+            raise GatewayError(exc.status, exc.code, exc.message) from None
+
+    def band_for(self, request: web.Request, principal: Principal) -> str:
+        """The key's band; with keys off, the `x-llmgw-band` header may name one."""
+        asked = principal.band
+        if not self.keys_required:
+            asked = request.headers.get("x-llmgw-band") or asked
+        return self.admission.band_name(asked)
+
+    def allowed_models(self, principal: Principal) -> list[str]:
+        return [m for m in self.catalog.names() if principal.may_use(m)]
+
+    def ready_models(self) -> list[str]:
+        return [m for m in self.catalog.names() if self.admission.healthy(m)]
+
+
+def _key_of(request: web.Request) -> str:
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() == _BEARER:
+        return auth[7:].strip()
+    return request.headers.get("x-api-key", "").strip()
+
+
+GATEWAY = web.AppKey("gateway", Gateway)
+#: The gateway's own id of a request (the usage row's), and the client's own when it sent a sane one.
+REQUEST_ID = web.RequestKey("request_id", str)
+CLIENT_REQUEST_ID = web.RequestKey("client_request_id", str)
+
+__all__ = ["CLIENT_REQUEST_ID", "GATEWAY", "REQUEST_ID", "Gateway"]

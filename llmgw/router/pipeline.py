@@ -1,0 +1,452 @@
+"""One generation or embedding request, from arrival to its usage row.
+
+auth → body → model and allowlist → limits and budget (a spent budget
+moves to a fallback) → admission (no replica or a full queue moves to a
+fallback) → replica → engine, retried on another replica while nothing has
+reached the client → answer relayed → settlement, usage row, metrics.
+
+Every refusal on the way is a `GatewayError` with a code and a reason,
+recorded like a request that was served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import secrets
+import time
+from typing import Any
+
+import attrs
+from aiohttp import web
+
+from llmgw.accounting.api import LimitExceeded, Reservation
+from llmgw.auth.principal import ANONYMOUS, Principal
+from llmgw.obs import logs
+from llmgw.router.admission import Grant, NoReplica, QueueFull
+from llmgw.router.choose import Want, prefix_hashes, prompt_text
+from llmgw.router.errors import (
+    CANCELLED,
+    ERROR,
+    JSON,
+    OK,
+    GatewayError,
+    bad_request,
+    dumps,
+    loads,
+)
+from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, Gateway
+from llmgw.router.proxy import UpstreamFailure, first_events, read_whole, relay_stream
+from llmgw.router.sse import SSERelay, find_usage
+from llmgw.store.records import UsageRow
+
+log = logs.get("llmgw.router.requests")
+
+#: Tokens held against a budget for an answer whose request sets no max_tokens.
+DEFAULT_MAX_TOKENS = 1024
+#: Tags read from x-llmgw-tags at most, and their longest length.
+MAX_TAGS, MAX_TAG_CHARS = 16, 128
+#: The status written to usage rows of requests whose client went away (nginx's).
+CLIENT_CLOSED = 499
+#: The metrics' model label of a request for no known model: a client's made-up names must not become series.
+UNKNOWN_MODEL = "unknown"
+
+
+@attrs.define(slots=True)
+class Call:
+    """What one request did, filled in as it goes; becomes its usage row and metrics."""
+
+    request_id: str
+    kind: str  # chat, completion, embedding
+    path: str  # the engine's path, like /chat/completions
+    started: float = attrs.Factory(time.monotonic)
+    started_at: dt.datetime = attrs.Factory(lambda: dt.datetime.now(dt.UTC))
+    principal: Principal | None = None
+    model_asked: str = ""
+    model: str = ""  # the catalog model asked for (alias resolved)
+    model_served: str = ""
+    replica: str = ""
+    band: str = ""
+    queue_s: float | None = None
+    stream: bool = False
+    client_wants_usage: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    usage_known: bool = False
+    cost_micros: int = 0
+    status: int = 200
+    outcome: str = OK
+    code: str = ""
+    limited: bool = False
+    first_at: float | None = None
+    last_at: float | None = None
+    client_user: str | None = None
+    metadata: dict[str, Any] | None = None
+    tags: tuple[str, ...] = ()
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+async def serve(request: web.Request, kind: str, path: str) -> web.StreamResponse:
+    """Answer one POST to /v1/chat/completions, /v1/completions or /v1/embeddings."""
+    gw = request.app[GATEWAY]
+    call = Call(request_id=request.get(REQUEST_ID) or new_request_id(), kind=kind, path=path)
+    reservation: Reservation | None = None
+    grants: list[Grant] = []
+    try:
+        call.principal = await gw.authenticate(request)
+        body_bytes, body = await _read_body(request, gw)
+        _read_request(call, request, body)
+        principal = call.principal
+        model = gw.catalog.resolve(call.model_asked)
+        if model is None:
+            names = ", ".join(gw.allowed_models(principal)) or "none"
+            raise GatewayError(404, "model_not_found",
+                               f"no model called {call.model_asked!r} is served here; your key may use: {names}",
+                               param="model")
+        call.model = model
+        if not (principal.may_use(model) or principal.may_use(call.model_asked)):
+            raise GatewayError(403, "model_not_allowed", f"this key may not use {call.model_asked!r}", param="model")
+        reservation, model = await _admit(gw, call, principal, model, body_bytes, body)
+        call.band = gw.band_for(request, principal)
+        grant, served = await _acquire(gw, call, principal, model, body, request)
+        grants.append(grant)
+        call.model_served = served
+        call.queue_s = grant.waited
+        gw.metrics.queued(served, grant.band, grant.waited)
+        return await _forward(gw, call, request, body_bytes, body, grants)
+    except GatewayError as exc:
+        call.status, call.outcome, call.code, call.limited = exc.status, exc.outcome, exc.code, exc.limited
+        return exc.response(_answer_headers(call))
+    except asyncio.CancelledError:
+        call.status, call.outcome = CLIENT_CLOSED, CANCELLED
+        raise
+    finally:
+        for grant in grants:
+            gw.admission.release(grant)
+        await _finish(gw, call, reservation)
+
+
+# ---------------------------------------------------------------- reading the request
+
+
+async def _read_body(request: web.Request, gw: Gateway) -> tuple[bytes, dict]:
+    limit = gw.config.router.max_body_bytes
+    too_big = GatewayError(413, "request_too_large",
+                           f"the request body is larger than {int(limit)} bytes (router.max_body_bytes)")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_big
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_big from None
+    if len(raw) > limit:
+        raise too_big
+    try:
+        body = loads(raw)
+    except ValueError:
+        raise bad_request("the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object", code="invalid_json")
+    return raw, body
+
+
+def _read_request(call: Call, request: web.Request, body: dict) -> None:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("name a model in `model`; GET /v1/models lists the ones your key may use",
+                          param="model", code="missing_model")
+    call.model_asked = model
+    if call.kind != "embedding":
+        call.stream = body.get("stream") is True
+        options = body.get("stream_options")
+        call.client_wants_usage = call.stream and isinstance(options, dict) and options.get("include_usage") is True
+    user = body.get("user")
+    call.client_user = user[:256] if isinstance(user, str) and user else None
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict) and metadata:
+        call.metadata = {str(k)[:64]: (v if isinstance(v, str) else dumps(v).decode())[:512]
+                         for k, v in list(metadata.items())[:16]}
+    tags = request.headers.get("x-llmgw-tags")
+    if tags:
+        call.tags = tuple(t.strip()[:MAX_TAG_CHARS] for t in tags.split(",") if t.strip())[:MAX_TAGS]
+    client_id = request.get(CLIENT_REQUEST_ID)
+    if client_id:  # kept findable without letting a client choose the row's id
+        call.tags = (*call.tags, f"client_request_id={client_id}")
+
+
+def _max_tokens(body: dict) -> int:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and value > 0:
+            n = body.get("n")
+            return value * (n if isinstance(n, int) and n > 0 else 1)
+    return DEFAULT_MAX_TOKENS
+
+
+# ---------------------------------------------------------------- limits and room
+
+
+async def _admit(gw: Gateway, call: Call, principal: Principal, model: str, body_bytes: bytes,
+                 body: dict) -> tuple[Reservation, str]:
+    """Hold the request's cost; a spent budget tries the model's fallbacks, in order."""
+    prompt_estimate = max(1, len(body_bytes) // 4)
+    max_tokens = 0 if call.kind == "embedding" else _max_tokens(body)
+    try:
+        return await gw.accountant.admit(principal, model, prompt_tokens=prompt_estimate,
+                                         max_tokens=max_tokens), model
+    except LimitExceeded as exc:
+        refusal = exc
+    if refusal.code == "budget_exceeded":
+        for fallback in gw.catalog.fallbacks(model):
+            if not principal.may_use(fallback):
+                continue
+            try:
+                reservation = await gw.accountant.admit(principal, fallback, prompt_tokens=prompt_estimate,
+                                                        max_tokens=max_tokens)
+            except LimitExceeded:
+                continue
+            gw.metrics.fallbacks.labels(model, fallback, "budget").inc()
+            return reservation, fallback
+    raise GatewayError(429, refusal.code, refusal.message, retry_after=refusal.retry_after, limited=True)
+
+
+async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, body: dict,
+                   request: web.Request) -> tuple[Grant, str]:
+    """Room on a replica of `model`, else of its fallbacks when it has no replica or a full queue."""
+    session = request.headers.get("x-session-id") or call.client_user
+    text = prompt_text(body) if call.kind != "embedding" else ""
+    chain = [model, *(f for f in gw.catalog.fallbacks(model) if principal.may_use(f))]
+    first: GatewayError | None = None
+    for candidate in chain:
+        want = Want(session=session[:256] if session else None, prefix=prefix_hashes(candidate, text))
+        try:
+            grant = await gw.admission.acquire(candidate, call.band, want)
+        except (NoReplica, QueueFull) as exc:
+            first = first or exc
+            continue
+        if candidate != model:
+            reason = "queue_full" if isinstance(first, QueueFull) else "no_replica"
+            gw.metrics.fallbacks.labels(model, candidate, reason).inc()
+        return grant, candidate
+    assert first is not None
+    raise first
+
+
+# ---------------------------------------------------------------- to the engine and back
+
+
+def _engine_body(gw: Gateway, call: Call, body: dict, body_bytes: bytes, engine_model: str) -> bytes:
+    """The body the engine gets: its own name for the model, usage asked for, our metadata kept back."""
+    changes: dict[str, Any] = {}
+    if body.get("model") != engine_model:
+        changes["model"] = engine_model
+    if call.stream and gw.config.router.inject_usage and not call.client_wants_usage:
+        options = body.get("stream_options")
+        changes["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    drop = "metadata" in body
+    if not changes and not drop:
+        return body_bytes
+    out = {k: v for k, v in body.items() if k != "metadata"}
+    out.update(changes)
+    return dumps(out)
+
+
+async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: bytes, body: dict,
+                   grants: list[Grant]) -> web.StreamResponse:
+    attempts = 1 + max(0, gw.config.router.retries.attempts)
+    pause = gw.config.router.retries.backoff.total_seconds()
+    total = gw.timeouts.total
+    deadline = call.started + total if total else None
+    tried: set[str] = set()
+    encoded: dict[str, bytes] = {}
+    grant = grants[-1]
+    for attempt in range(attempts):
+        replica = grant.replica
+        call.replica = replica.id
+        tried.add(replica.id)
+        engine_model = replica.name_at_engine
+        if engine_model not in encoded:
+            encoded[engine_model] = _engine_body(gw, call, body, body_bytes, engine_model)
+        sent_at = time.monotonic()
+        relay = SSERelay(strip_usage=not call.client_wants_usage) if call.stream else None
+        first = b""
+        try:
+            resp = await gw.upstream.open(replica, call.path, encoded[engine_model], request_id=call.request_id,
+                                          stream=call.stream, deadline=deadline)
+            if relay is not None and resp.status == 200:
+                first = await first_events(resp, relay, gw.timeouts, sent_at, deadline, replica)
+        except UpstreamFailure as failure:
+            if failure.counts:
+                replica.failed(failure.code)
+            logs.event(log, "engine failed", logging.WARNING, request_id=call.request_id, replica_id=replica.id,
+                       model=call.model_served, error_code=failure.code, attempt=attempt + 1)
+            if not failure.retryable or attempt + 1 >= attempts:
+                raise failure.as_error() from None
+            if pause:
+                await asyncio.sleep(pause)
+            again = gw.admission.try_now(call.model_served, Want(exclude=frozenset(tried)), grant.band)
+            if again is None:
+                raise failure.as_error() from None
+            gw.metrics.retries.labels(call.model_served).inc()
+            grants.append(again)
+            gw.admission.release(grant)
+            grant = again
+            continue
+        return await _answer(gw, call, request, resp, relay, first, deadline)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _answer(gw: Gateway, call: Call, request: web.Request, resp, relay: SSERelay | None, first: bytes,
+                  deadline: float | None) -> web.StreamResponse:
+    replica = gw.replicas.get(call.replica)
+    headers = _answer_headers(call)
+    if relay is not None and resp.status == 200:
+        if replica is not None:
+            replica.succeeded()
+        response, outcome = await relay_stream(request, resp, headers, relay, first, gw.timeouts, deadline)
+        call.first_at, call.last_at = outcome.first_at, outcome.last_at
+        _take_usage(call, relay.usage)
+        if not call.usage_known:
+            call.completion_tokens = max(0, relay.events)
+        if outcome.client_gone:
+            call.status, call.outcome = CLIENT_CLOSED, CANCELLED
+        elif outcome.failure is not None:
+            call.status, call.outcome, call.code = 200, ERROR, outcome.failure.code
+            if replica is not None:
+                replica.failed(outcome.failure.code)
+        return response
+    try:
+        raw = await read_whole(resp, deadline)
+    except GatewayError as exc:
+        if replica is not None:
+            replica.failed(exc.code)
+        raise
+    finally:
+        resp.release()
+    if replica is not None:
+        replica.succeeded()
+    call.status = resp.status
+    if resp.status >= 400:
+        call.outcome = ERROR
+        call.code = "engine_refused"
+    else:
+        _take_usage(call, find_usage(raw))
+    content_type = resp.headers.get("Content-Type", JSON)
+    return web.Response(status=resp.status, body=raw, headers={**headers, "Content-Type": content_type})
+
+
+def _take_usage(call: Call, usage: dict | None) -> None:
+    if not usage:
+        return
+    call.usage_known = True
+    call.prompt_tokens = _int(usage.get("prompt_tokens"))
+    call.completion_tokens = _int(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict):
+        call.cached_tokens = _int(details.get("cached_tokens"))
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _answer_headers(call: Call) -> dict[str, str]:
+    headers = {}
+    if call.queue_s is not None:
+        headers["x-llmgw-queue-ms"] = str(int(call.queue_s * 1000))
+    if call.model_served and call.model and call.model_served != call.model:
+        headers["x-llmgw-served-model"] = call.model_served
+    return headers
+
+
+# ---------------------------------------------------------------- settling and recording
+
+
+async def _finish(gw: Gateway, call: Call, reservation: Reservation | None) -> None:
+    """Settle or release the hold, queue the usage row, count the request.
+
+    Runs to the end even when the request is cancelled meanwhile (a client
+    closing its connection just after the answer): the row and the charge
+    are never lost; the cancellation is passed on afterwards.
+    """
+    now = time.monotonic()
+    interrupted = False
+    try:
+        if not call.usage_known and call.completion_tokens and call.model_served:
+            call.prompt_tokens = call.prompt_tokens or (reservation.prompt_tokens_estimate if reservation else 0)
+        if reservation is not None:
+            if call.prompt_tokens or call.completion_tokens:
+                settling = asyncio.ensure_future(gw.accountant.settle(
+                    reservation, model_served=call.model_served or reservation.model,
+                    prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens,
+                    cached_tokens=call.cached_tokens))
+                while True:
+                    try:
+                        call.cost_micros = await asyncio.shield(settling)
+                        break
+                    except asyncio.CancelledError:
+                        interrupted = True
+                        if settling.done():
+                            call.cost_micros = 0 if settling.cancelled() else settling.result()
+                            break
+            else:
+                gw.accountant.release(reservation)
+    except Exception:
+        log.exception("settling a request failed", extra={"fields": {"request_id": call.request_id}})
+    _account(gw, call, now)
+    if interrupted:
+        raise asyncio.CancelledError
+
+
+def _account(gw: Gateway, call: Call, now: float) -> None:
+    """The usage row, the metrics and the log line of a finished request."""
+    principal = call.principal
+    ttft = (call.first_at - call.started) if call.first_at is not None else None
+    tpot = None
+    if call.first_at is not None and call.last_at is not None and call.completion_tokens > 1:
+        tpot = (call.last_at - call.first_at) / (call.completion_tokens - 1)
+    if principal is not None:
+        _record(gw, call, principal, now, ttft)
+    if principal is None:  # refused before a key was known
+        tenant = "unknown"
+    elif principal is ANONYMOUS:
+        tenant = "anonymous"
+    else:
+        tenant = principal.project_id or "none"
+    outcome = "limited" if call.limited else call.outcome
+    try:
+        gw.metrics.request_done(model=call.model_served or call.model or UNKNOWN_MODEL, tenant=tenant, outcome=outcome,
+                                duration=now - call.started, prompt_tokens=call.prompt_tokens,
+                                completion_tokens=call.completion_tokens, ttft=ttft, tpot=tpot)
+    except Exception:
+        log.exception("metrics failed", extra={"fields": {"request_id": call.request_id}})
+    level = logging.INFO if call.outcome == OK else logging.WARNING
+    logs.event(log, "request", level, request_id=call.request_id, key_id=principal.key_id if principal else None,
+               model=call.model_asked, served=call.model_served, replica_id=call.replica, status=call.status,
+               outcome=call.outcome, code=call.code or None, prompt_tokens=call.prompt_tokens,
+               completion_tokens=call.completion_tokens, ms=int((now - call.started) * 1000),
+               queue_ms=int(call.queue_s * 1000) if call.queue_s is not None else None)
+
+
+def _record(gw: Gateway, call: Call, principal: Principal, now: float, ttft: float | None) -> None:
+    row = UsageRow(
+        request_id=call.request_id, at=call.started_at,
+        key_id=principal.key_id or None, project_id=principal.project_id, team_id=principal.team_id,
+        org_id=principal.org_id, user_id=principal.user_id,
+        model_requested=call.model_asked, model_served=call.model_served if call.replica else "",
+        replica=call.replica, prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens,
+        cached_tokens=call.cached_tokens, cost_micros=call.cost_micros, status=call.status,
+        outcome=call.outcome,
+        latency_ms=int((now - call.started) * 1000),
+        ttft_ms=int(ttft * 1000) if ttft is not None else None,
+        client_user=call.client_user, metadata=call.metadata, tags=call.tags,
+    )
+    try:
+        gw.accountant.record(row)
+    except Exception:
+        log.exception("recording usage failed", extra={"fields": {"request_id": call.request_id}})

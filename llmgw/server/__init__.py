@@ -1,0 +1,12 @@
+"""`llmgw server`: the app assembly, its resources and its listeners.
+
+`make_gateway_app(config, store, resolver, accountant, replicas, metrics)`
+builds the client API (tests pass their own parts; the command passes none
+and the app opens them itself in its cleanup context); `run_server(config)`
+listens until SIGTERM and shuts down in order.
+"""
+
+from llmgw.server.app import make_gateway_app, make_metrics_app
+from llmgw.server.run import run_server
+
+__all__ = ["make_gateway_app", "make_metrics_app", "run_server"]

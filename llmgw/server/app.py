@@ -1,0 +1,125 @@
+"""Putting the gateway together: its parts, its resources, its two applications.
+
+`make_gateway_app` takes the parts a test wants to choose (a store, a key
+resolver, an accountant, a replica set, metrics) and builds the rest from
+the configuration. Parts it builds itself it also starts and stops, in the
+app's cleanup context, in this order (and the reverse at shutdown):
+
+    store → key resolver → accountant (and its usage writer) → gateway (engine client, scraper)
+
+so at shutdown the gateway stops first, then usage rows are written, then
+the store closes.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from llmgw.accounting.api import AccountantProtocol
+from llmgw.auth.principal import KeyResolverProtocol
+from llmgw.config.server import ServerConfig
+from llmgw.obs import logs
+from llmgw.obs.metrics import CONTENT_TYPE, GatewayMetrics
+from llmgw.router.app import make_router_app
+from llmgw.router.gateway import GATEWAY
+from llmgw.router.replicas import ReplicaSet, static_replicas
+from llmgw.store import Store, open_store
+
+log = logs.get("llmgw.server")
+
+STORE = web.AppKey("store", Store)
+METRICS = web.AppKey("metrics", GatewayMetrics)
+
+
+def make_gateway_app(config: ServerConfig, store: Store | None = None,
+                     resolver: KeyResolverProtocol | None = None,
+                     accountant: AccountantProtocol | None = None,
+                     replicas: ReplicaSet | None = None,
+                     metrics: GatewayMetrics | None = None) -> web.Application:
+    """The client API application. Parts given are used as they are (their owner starts and
+    stops them); parts left out are built from `config` and owned by the app: the store is
+    opened from `store.dsn` only when a resolver or an accountant has to be built on it."""
+    from llmgw.router.gateway import Gateway
+
+    replicas = replicas if replicas is not None else static_replicas(config)
+    metrics = metrics if metrics is not None else GatewayMetrics()
+    gateway = Gateway(config, replicas=replicas, accountant=accountant, resolver=resolver, metrics=metrics)
+    app = make_router_app(gateway)
+    app[METRICS] = metrics
+    if accountant is None or (resolver is None and config.auth.keys_required):
+        # Before the gateway's own context, so they outlive it at shutdown.
+        app.cleanup_ctx.insert(0, functools.partial(_owned_parts, config, store))
+    elif store is not None:
+        app[STORE] = store
+    return app
+
+
+async def _owned_parts(config: ServerConfig, given_store: Store | None, app: web.Application) -> AsyncIterator[None]:
+    gateway = app[GATEWAY]
+    store = given_store
+    started: list = []
+    try:
+        if store is None:
+            store = await open_store(config.store.dsn.reveal())
+            logs.event(log, "store open", backend=store.dialect, schema_version=store.schema_version)
+        app[STORE] = store
+        if gateway.resolver is None:
+            gateway.resolver = _make_resolver(config, store)
+            await _call(gateway.resolver, "start")
+            started.append(gateway.resolver)
+        if gateway.accountant is None:
+            gateway.accountant = _make_accountant(config, store)
+            await _call(gateway.accountant, "start")
+            started.append(gateway.accountant)
+        yield
+    finally:
+        for part in reversed(started):
+            for name in ("close", "stop"):
+                if hasattr(part, name):
+                    try:
+                        await _call(part, name)
+                    except Exception:
+                        log.exception("stopping a part failed", extra={"fields": {"part": type(part).__name__}})
+                    break
+        if given_store is None and store is not None:
+            await store.close()
+            logs.event(log, "store closed")
+
+
+async def _call(obj, name: str) -> None:
+    method = getattr(obj, name, None)
+    if method is not None:
+        result = method()
+        if inspect.isawaitable(result):
+            await result
+
+
+def _make_resolver(config: ServerConfig, store: Store) -> KeyResolverProtocol:
+    from llmgw.auth.keys import KeyResolver, model_aliases
+
+    return KeyResolver(store, aliases=model_aliases(config))
+
+
+def _make_accountant(config: ServerConfig, store: Store) -> AccountantProtocol:
+    from llmgw.accounting.accountant import make_accountant
+
+    return make_accountant(config, store)
+
+
+# ---------------------------------------------------------------- metrics listener
+
+
+def make_metrics_app(metrics: GatewayMetrics) -> web.Application:
+    """`GET /metrics` and nothing else, for metrics_listen."""
+
+    async def exposition(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
+    app = web.Application()
+    app[METRICS] = metrics
+    app.router.add_get("/metrics", exposition)
+    return app
