@@ -1,32 +1,43 @@
-"""`llmgw ctl`: drive a running control plane through its admin API (every operation, --json)."""
+"""`llmgw ctl`: drive a running control plane through its admin API (every operation, --json).
+
+Each group of commands is a module with `register(subparsers)`: `ctl_cert`
+(files only, no server), `ctl_cluster` (status, nodes, models, placement),
+`ctl_ops` (quotas, usage, audit, settings, the OpenAPI document) and
+`ctl_people` (orgs, users, keys, limits). `ctl_client` is how they reach the
+API. A new group is one module and one line below.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from llmgw.cli import ctl_cert
-from llmgw.cli.common import not_built
+from llmgw.cli import ctl_cert, ctl_cluster, ctl_guard, ctl_ops, ctl_people
 
 HELP = "Drive a running control plane through its admin API (every operation, --json)."
-ISSUE = "issue #5 (the admin API)"
-
-
-class _CtlCommands(argparse._SubParsersAction):
-    """ctl's subcommands: those built parse as usual; any other name answers "not built yet"."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.choices = None  # let unknown names reach __call__ instead of argparse's "invalid choice"
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        if values[0] not in self._name_parser_map:
-            namespace.handler = not_built(f"ctl {values[0]}", ISSUE)
-            return
-        super().__call__(parser, namespace, values, option_string)
+DESCRIPTION = (
+    "Drive a running control plane through its admin API: the fleet, models, placement, quotas, usage, the "
+    "audit log, settings and people. Tables for people, --json for scripts. The API is --admin URL "
+    "($LLMGW_ADMIN_URL, default http://127.0.0.1:9090); the token --token-file ($LLMGW_ADMIN_TOKEN, default "
+    "the server's admin_token_file)."
+)
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("ctl", help=HELP, description=HELP)
-    parser.set_defaults(handler=not_built("ctl", ISSUE))
-    ctl_sub = parser.add_subparsers(dest="ctl_command", metavar="COMMAND", action=_CtlCommands)
+    parser = sub.add_parser("ctl", help=HELP, description=DESCRIPTION)
+    parser.set_defaults(handler=_usage(parser))
+    ctl_sub = parser.add_subparsers(dest="ctl_command", metavar="COMMAND")
+    ctl_cluster.register(ctl_sub)
+    ctl_ops.register(ctl_sub)
+    ctl_people.register(ctl_sub)
     ctl_cert.register(ctl_sub)
+    ctl_guard.register(ctl_sub)
+
+
+def _usage(parser: argparse.ArgumentParser):
+    def handler(args: argparse.Namespace) -> int:
+        parser.print_usage(sys.stderr)
+        print("llmgw ctl: name a command; `llmgw ctl --help` lists them", file=sys.stderr)
+        return 2
+
+    return handler

@@ -27,6 +27,8 @@ def register(sub) -> None:
     create.add_argument("--name", default="", help="their name (default: the email's local part)")
     create.add_argument("--role", default="none", choices=STAFF_ROLES, help="their staff role (default: none)")
     create.add_argument("--pending", action="store_true", help="waiting for approval instead of active")
+    create.add_argument("--password", metavar="PASSWORD",
+                        help="a password for the portal (at least 10 characters); - reads it from standard input")
     _common(create, _create)
 
     lister = commands.add_parser("list", help="List people.", description="List people, by email.")
@@ -64,6 +66,15 @@ def register(sub) -> None:
     remove.add_argument("path", metavar="PATH")
     _common(remove, _remove_member)
 
+    reset = commands.add_parser(
+        "reset-link", help="Make a link that sets a new portal password (once, within an hour).",
+        description="Make a link that lets a person set a new portal password. It works once, for an hour; "
+        "a newer link replaces it, and using it signs them out everywhere. Hand it over yourself.")
+    reset.add_argument("user", metavar="USER", help="email or id")
+    reset.add_argument("--base-url", metavar="URL", default="",
+                       help="the portal's address, like https://llm.example.com (else only the path is printed)")
+    _common(reset, _reset_link)
+
 
 def _common(parser: argparse.ArgumentParser, fn) -> None:
     add_json_flag(parser)
@@ -74,8 +85,8 @@ def _common(parser: argparse.ArgumentParser, fn) -> None:
 def _usage(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:
         parser.print_usage(sys.stderr)
-        print("llmgw users: name a subcommand: create, list, suspend, activate, role, add-member or remove-member",
-              file=sys.stderr)
+        print("llmgw users: name a subcommand: create, list, suspend, activate, role, add-member, remove-member"
+              " or reset-link", file=sys.stderr)
         return 2
 
     return handler
@@ -94,8 +105,13 @@ def _row(user) -> dict:
 
 
 async def _create(args, tenancy) -> int:
+    password_hash = await _hash_password(args.password, args.email) if args.password is not None else None
     user = await tenancy.create_user(args.email, args.name, role=args.role,
                                      state="pending" if args.pending else "active")
+    if password_hash is not None:
+        user = await tenancy.store.set_password_hash(user.id, password_hash)
+        await tenancy.store.append_audit(tenancy.actor, "users.password", f"user:{user.id}",
+                                         {"email": user.email, "via": "cli", "outcome": "ok"})
     if args.json:
         print_json(user_json(user))
     else:
@@ -147,4 +163,40 @@ async def _remove_member(args, tenancy) -> int:
         print_json({"user": args.user, "path": args.path, "removed": True})
     else:
         print(f"{args.user} is no longer a member of {args.path}")
+    return 0
+
+
+async def _hash_password(given: str, email: str) -> str:
+    from llmgw.auth.passwords import Passwords, check_strength
+
+    password = sys.stdin.readline().rstrip("\r\n") if given == "-" else given
+    check_strength(password, email=email)  # a WeakPassword is a ValueError: one line, exit 2
+    hasher = Passwords()
+    try:
+        return await hasher.hash(password)
+    finally:
+        hasher.close()
+
+
+async def _reset_link(args, tenancy) -> int:
+    from llmgw.auth.sessions import RESET_PATH, RESET_TTL, issue_reset, reset_link
+    from llmgw.store import Conflict
+
+    user = await tenancy.find_user(args.user)
+    if user.password_hash is None:
+        raise Conflict(f"{user.email} has no password here (they sign in through single sign-on); no link is made")
+    if user.state != "active":
+        raise Conflict(f"{user.email} is {user.state}; a link is made only for an active person")
+    now = tenancy.now()
+    token = await issue_reset(tenancy.store, user.id, now)
+    await tenancy.store.append_audit(tenancy.actor, "users.reset-link", f"user:{user.id}",
+                                     {"email": user.email, "via": "cli", "outcome": "ok"})
+    link = reset_link(args.base_url, token) if args.base_url else RESET_PATH + token
+    expires = now + RESET_TTL
+    if args.json:
+        print_json({"user": user.email, "link": link, "expires_at": expires.isoformat()})
+    else:
+        print(link)
+        where = "" if args.base_url else " after the portal's address (or give --base-url)"
+        print(f"works once, until {when(expires)}; hand it to {user.email} yourself{where}", file=sys.stderr)
     return 0

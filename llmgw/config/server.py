@@ -24,6 +24,7 @@ __all__ = [
     "RetryConfig",
     "AffinityConfig",
     "CacheConfig",
+    "BatchConfig",
     "RouterConfig",
     "Band",
     "AdmissionConfig",
@@ -41,6 +42,9 @@ __all__ = [
     "Scaling",
     "ModelConfig",
     "ModelClass",
+    "ModelRole",
+    "Capabilities",
+    "JudgeSpec",
     "GuardMode",
 ]
 
@@ -186,6 +190,22 @@ class CacheConfig:
 
 
 @attrs.frozen
+class BatchConfig:
+    """The Files and Batch APIs: how much a batch may hold, how fast it runs, how long its results stay."""
+
+    concurrency: int = setting(
+        8, doc="Lines of batches this control plane sends at once, in the lowest priority band."
+    )
+    output_retention: Duration = setting(
+        Duration(hours=720), doc="How long the output and error files a batch writes are kept; 0 keeps them until deleted."
+    )
+    max_file_bytes: ByteSize = setting(
+        ByteSize(128 * 1024**2), doc="The largest file a client may upload to /v1/files."
+    )
+    max_lines: int = setting(50_000, doc="The most requests one batch may hold.")
+
+
+@attrs.frozen
 class RouterConfig:
     """The client API: how requests reach a replica and come back."""
 
@@ -208,6 +228,7 @@ class RouterConfig:
     retries: RetryConfig = section(RetryConfig, doc="Trying another replica when one fails.")
     affinity: AffinityConfig = section(AffinityConfig, doc="Keeping related requests on one replica.")
     cache: CacheConfig = section(CacheConfig, doc="The answer cache's memory.")
+    batch: BatchConfig = section(BatchConfig, doc="The Files and Batch APIs.")
 
 
 @attrs.frozen
@@ -410,6 +431,30 @@ class Scaling:
     )
 
 
+ModelRole = Literal["model", "guard"]
+
+
+@attrs.frozen
+class Capabilities:
+    """What a model can take besides text; a guard policy with require_capabilities reads it."""
+
+    tools: bool = setting(False, doc="The model calls tools (function calling).")
+    vision: bool = setting(False, doc="The model reads images in messages.")
+
+
+@attrs.frozen
+class JudgeSpec:
+    """How the guardrails ask a model with role guard."""
+
+    format: str = setting(
+        "json", doc="How to ask it and read its verdict: qwen3guard, llamaguard3, shieldgemma, json, or a plugin's."
+    )
+    categories: list[str] = setting(
+        factory=list,
+        doc="Llama Guard: names for S1, S2, ... in order; ShieldGemma: the principles asked, one sentence each.",
+    )
+
+
 @attrs.frozen
 class ModelConfig:
     """A model in the catalog: run on the cluster (profiles) or forwarded to a provider (endpoints)."""
@@ -439,6 +484,12 @@ class ModelConfig:
         doc="critical models are never stopped for others; opportunistic ones give way first.",
     )
     owner: str = setting("", doc="Who to ask about this model, like team:search; shown in the catalog.")
+    capabilities: Capabilities = section(Capabilities, doc="What it takes besides text.")
+    role: ModelRole = setting(
+        "model",
+        doc="model serves clients; guard makes it the guardrails' judge, hidden from clients and refused to every key.",
+    )
+    guard: JudgeSpec = section(JudgeSpec, doc="How a judge (role guard) is asked.")
 
 
 @attrs.frozen

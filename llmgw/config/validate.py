@@ -167,6 +167,7 @@ def check_server(config: ServerConfig) -> list[Problem]:
         if value:
             problems += _url(("mirror", key), value, "an address")
     problems += _guard(config.guard)
+    problems += _guard_judges(config)
     problems += _notify(config.notify)
     if not config.prices.currency.strip():
         problems.append(Problem(("prices", "currency"), "empty; give a currency like USD or EUR"))
@@ -361,6 +362,28 @@ def _guard(guard: GuardConfig) -> list[Problem]:
                 problems.append(Problem((*path, key), f"expected one of {choices}, got {value!r}"))
             elif key in ("input", "output", "tools", "judge") and not isinstance(value, dict):
                 problems.append(Problem((*path, key), "expected a mapping"))
+            elif key in ("input", "output", "tools", "judge"):
+                problems += _policy_section(name, policy, key)
+    return problems
+
+
+def _policy_section(name: str, policy: dict, key: str) -> list[Problem]:
+    """What the guard's own reader finds wrong inside one section of a policy."""
+    from llmgw.guard.policy import policy_problems
+
+    prefix = ("guard", "policies", name, key)
+    return [Problem(tuple(path), message) for path, message in policy_problems(name, {key: policy[key]})
+            if tuple(path[:4]) == prefix]
+
+
+def _guard_judges(config: ServerConfig) -> list[Problem]:
+    """A judge (role: guard) always runs. Whether the judges a policy names are in the catalog is
+    `llmgw ctl guard judge status`'s to say: a judge may be served after the policy is written."""
+    problems = []
+    for index, model in enumerate(config.models):
+        if model.role == "guard" and model.scaling.on_demand:
+            problems.append(Problem(("models", index, "scaling", "on_demand"),
+                                    "a judge (role: guard) must always run: every judged request waits on it"))
     return problems
 
 

@@ -14,7 +14,10 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from llmgw.obs import logs
+from llmgw.router import client_data
+from llmgw.router import handlers_anthropic as anthropic
 from llmgw.router import handlers_openai as h
+from llmgw.router import handlers_responses as responses
 from llmgw.router.errors import GatewayError
 from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, Gateway
 from llmgw.router.pipeline import new_request_id
@@ -71,18 +74,25 @@ def make_router_app(gateway: Gateway) -> web.Application:
         client_max_size=int(gateway.config.router.max_body_bytes) + 1,
     )
     app[GATEWAY] = gateway
+    app[responses.RESPONSE_LOG] = responses.make_response_log(app)
     app.on_response_prepare.append(_stamp_ids)
     app.cleanup_ctx.append(_gateway_lifecycle)
     app.router.add_routes([
         web.post("/v1/chat/completions", h.chat_completions),
         web.post("/v1/completions", h.completions),
         web.post("/v1/embeddings", h.embeddings),
+        web.post("/v1/messages", anthropic.messages),
+        web.post("/v1/messages/count_tokens", anthropic.count_tokens),
+        web.post("/v1/responses", responses.create_response),
+        web.get("/v1/responses/{response_id}", responses.get_response),
+        web.delete("/v1/responses/{response_id}", responses.delete_response),
         web.get("/v1/models", h.list_models),
         web.get("/me", h.me),
         web.get("/v1/me", h.me),
         web.get("/health", h.health),
         web.get("/ready", h.ready),
     ])
+    client_data.install(app, gateway)  # threads, memory, /mcp, files, batches; the answer cache
     return app
 
 

@@ -26,7 +26,11 @@ class Catalog:
         self.replicas = replicas
         self._models: dict[str, CatalogModel] = {}
         self._names: dict[str, str] = {}
+        # guard: judges (role: guard) are the guardrails' alone: not listed, not resolved, no one's fallback.
+        self.judges = frozenset(n for m in models if getattr(m, "role", "model") == "guard" for n in (m.name, *m.aliases))
         for m in models:
+            if m.name in self.judges:
+                continue
             self._models[m.name] = CatalogModel(
                 m.name, tuple(m.aliases), tuple(m.fallbacks),
                 max(1, getattr(m, "concurrency", DEFAULT_CONCURRENCY)),
@@ -36,7 +40,8 @@ class Catalog:
                 self._names.setdefault(alias, m.name)
         # A fallback may be written as an alias: keep canonical names.
         for name, model in list(self._models.items()):
-            canonical = tuple(dict.fromkeys(self._names.get(f, f) for f in model.fallbacks if self._names.get(f, f) != name))
+            canonical = tuple(dict.fromkeys(self._names.get(f, f) for f in model.fallbacks
+                                            if self._names.get(f, f) != name and f not in self.judges))
             self._models[name] = attrs.evolve(model, fallbacks=canonical)
 
     def resolve(self, asked: str) -> str | None:
@@ -44,7 +49,7 @@ class Catalog:
         name = self._names.get(asked)
         if name is not None:
             return name
-        return asked if self.replicas.replicas_for(asked) else None
+        return asked if asked not in self.judges and self.replicas.replicas_for(asked) else None
 
     def get(self, name: str) -> CatalogModel:
         return self._models.get(name) or CatalogModel(name)
@@ -56,5 +61,6 @@ class Catalog:
         """Every model clients may ask for by its own name, declared or served."""
         out = dict.fromkeys(self._models)
         for name in self.replicas.models():
-            out.setdefault(name)
+            if name not in self.judges:
+                out.setdefault(name)
         return sorted(out)

@@ -12,11 +12,16 @@ Among the replicas that are healthy and have room, in this order:
 3. **Least outstanding**: requests in flight from this gateway plus the
    engine's own waiting queue as last scraped; ties go to the replica
    chosen least recently, which spreads an idle model's requests.
+
+`Chooser.set_policy("round_robin" | "random")` replaces all three with a
+baseline blind to affinity and load. No setting reaches it: it exists so
+`llmgw bench routing` can compare the router with what simpler ones do.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -35,6 +40,8 @@ PREFIX_MARGIN = 4.0
 #: Entries kept in each memory; the least recently used go first.
 MAX_SESSIONS = 100_000
 MAX_PREFIXES = 200_000
+#: How the choice is made: the router's own, or a baseline for benchmarks (see set_policy).
+POLICIES = ("affinity", "round_robin", "random")
 
 
 @attrs.frozen
@@ -134,6 +141,17 @@ class Chooser:
         self._prefixes = _Lru(MAX_PREFIXES, None)
         #: why the last choice was made (session, prefix, least): for metrics and tests
         self.reasons: dict[str, int] = {"session": 0, "prefix": 0, "least": 0}
+        self.policy = "affinity"
+        self._turns: dict[str, int] = {}
+        self._rng = random.Random()
+
+    def set_policy(self, policy: str, seed: int | None = None) -> None:
+        """Choose by `policy` from now on (one of POLICIES); only benchmarks pick a baseline."""
+        if policy not in POLICIES:
+            raise ValueError(f"policy: one of {', '.join(POLICIES)}, got {policy!r}")
+        self.policy = policy
+        self.reasons.setdefault(policy, 0)
+        self._rng = random.Random(seed)
 
     def choose(self, model: str, candidates: Sequence[Replica], want: Want) -> Replica | None:
         """The replica for a request among `candidates` (healthy, with room), or None; remembered."""
@@ -153,6 +171,8 @@ class Chooser:
         return picked
 
     def _pick(self, model: str, candidates: Sequence[Replica], want: Want, now: float) -> tuple[Replica, str]:
+        if self.policy != "affinity":
+            return self._baseline(model, candidates), self.policy
         by_id = {r.id: r for r in candidates}
         if want.session and self.affinity.session:
             rid = self._sessions.get((model, want.session), now)
@@ -170,6 +190,14 @@ class Chooser:
                 break  # its replica is gone or too busy: shorter runs went to the same one
         best = min(candidates, key=lambda r: (loads[r.id], r.last_chosen))
         return best, "least"
+
+    def _baseline(self, model: str, candidates: Sequence[Replica]) -> Replica:
+        """Round robin over the candidates in id order, or one at random: no affinity, no load."""
+        if self.policy == "random":
+            return self._rng.choice(candidates)
+        turn = self._turns.get(model, 0)
+        self._turns[model] = turn + 1
+        return sorted(candidates, key=lambda r: r.id)[turn % len(candidates)]
 
     def forget_replica(self, replica_id: str) -> None:
         """Drop what points at a replica that is gone."""

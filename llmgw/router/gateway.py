@@ -47,6 +47,7 @@ class Gateway:
         self.upstream = Upstream(self.timeouts)
         self.scraper: Scraper | None = None
         self.keys_required = config.auth.keys_required
+        self.guard = None  # guard: a llmgw.guard.gateway.GuardLayer, set by the server (None: nothing checked)
         metrics.bind(queue_depths=self.admission.depths, replicas=lambda: list(replicas))
 
     # -- lifecycle (the app's cleanup context) -----------------------------
@@ -68,6 +69,9 @@ class Gateway:
 
     async def authenticate(self, request: web.Request) -> Principal:
         """The principal behind a request: its key's, or ANONYMOUS when keys are off."""
+        given = request.get(INTERNAL_PRINCIPAL)
+        if given is not None:  # a request the gateway makes itself (a batch's line), for a key checked before
+            return given
         if not self.keys_required:
             return ANONYMOUS
         secret = _key_of(request)
@@ -106,5 +110,7 @@ GATEWAY = web.AppKey("gateway", Gateway)
 #: The gateway's own id of a request (the usage row's), and the client's own when it sent a sane one.
 REQUEST_ID = web.RequestKey("request_id", str)
 CLIENT_REQUEST_ID = web.RequestKey("client_request_id", str)
+#: The principal of a request the gateway makes itself (llmgw.router.batch_worker); no client can set it.
+INTERNAL_PRINCIPAL = web.RequestKey("internal_principal", Principal)
 
-__all__ = ["CLIENT_REQUEST_ID", "GATEWAY", "REQUEST_ID", "Gateway"]
+__all__ = ["CLIENT_REQUEST_ID", "GATEWAY", "INTERNAL_PRINCIPAL", "REQUEST_ID", "Gateway"]

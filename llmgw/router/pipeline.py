@@ -24,8 +24,12 @@ from aiohttp import web
 from llmgw.accounting.api import LimitExceeded, Reservation
 from llmgw.auth.principal import ANONYMOUS, Principal
 from llmgw.obs import logs
+from llmgw.router import cache as answer_cache
+from llmgw.router import threads
 from llmgw.router.admission import Grant, NoReplica, QueueFull
 from llmgw.router.choose import Want, prefix_hashes, prompt_text
+from llmgw.router.client_data import end_hooks, saw_answer, wrap_stream
+from llmgw.router.dialects import Dialect
 from llmgw.router.errors import (
     CANCELLED,
     ERROR,
@@ -85,21 +89,29 @@ class Call:
     client_user: str | None = None
     metadata: dict[str, Any] | None = None
     tags: tuple[str, ...] = ()
+    guard: Any = None  # guard: the request's llmgw.guard.gateway.GuardRequest, when a policy applies
+    dialect: Dialect | None = None  # another API's request (Anthropic, Responses) run as a chat completion
+    hooks: list[Any] = attrs.Factory(list)  # client data: what sees the answer (a thread's, the cache's)
+    headers: dict[str, str] = attrs.Factory(dict)  # client data: x-llmgw-thread-trimmed, x-llmgw-cache
 
 
 def new_request_id() -> str:
     return "req_" + secrets.token_hex(12)
 
 
-async def serve(request: web.Request, kind: str, path: str) -> web.StreamResponse:
-    """Answer one POST to /v1/chat/completions, /v1/completions or /v1/embeddings."""
+async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | None = None) -> web.StreamResponse:
+    """Answer one POST to /v1/chat/completions, /v1/completions or /v1/embeddings; with a
+    `dialect`, one of another API that it translates to a chat completion and back."""
     gw = request.app[GATEWAY]
-    call = Call(request_id=request.get(REQUEST_ID) or new_request_id(), kind=kind, path=path)
+    call = Call(request_id=request.get(REQUEST_ID) or new_request_id(), kind=kind, path=path, dialect=dialect)
     reservation: Reservation | None = None
     grants: list[Grant] = []
     try:
         call.principal = await gw.authenticate(request)
         body_bytes, body = await _read_body(request, gw)
+        if dialect is not None:
+            body = await dialect.chat_body(body, call.principal)
+            body_bytes = dumps(body)
         _read_request(call, request, body)
         principal = call.principal
         model = gw.catalog.resolve(call.model_asked)
@@ -111,7 +123,18 @@ async def serve(request: web.Request, kind: str, path: str) -> web.StreamRespons
         call.model = model
         if not (principal.may_use(model) or principal.may_use(call.model_asked)):
             raise GatewayError(403, "model_not_allowed", f"this key may not use {call.model_asked!r}", param="model")
+        # client data: a thread's stored conversation in front of the new turn, before the limits count it
+        body_bytes, body = await threads.attach(gw, call, request, body_bytes, body)
         reservation, model = await _admit(gw, call, principal, model, body_bytes, body)
+        # guard: the input checked after the limits and before admission; a refusal costs nothing
+        if gw.guard is not None and (guard := gw.guard.begin(principal, model, call.kind)) is not None:
+            call.guard = guard
+            body = await guard.check_input(body)
+            if guard.changed:
+                body_bytes = dumps(body)
+        # client data: an answer kept for this very request, after the limits and the input check
+        if (hit := await answer_cache.lookup(gw, call, request, body)) is not None:
+            return hit
         call.band = gw.band_for(request, principal)
         grant, served = await _acquire(gw, call, principal, model, body, request)
         grants.append(grant)
@@ -121,6 +144,8 @@ async def serve(request: web.Request, kind: str, path: str) -> web.StreamRespons
         return await _forward(gw, call, request, body_bytes, body, grants)
     except GatewayError as exc:
         call.status, call.outcome, call.code, call.limited = exc.status, exc.outcome, exc.code, exc.limited
+        if dialect is not None:
+            return dialect.error_response(exc, _answer_headers(call))
         return exc.response(_answer_headers(call))
     except asyncio.CancelledError:
         call.status, call.outcome = CLIENT_CLOSED, CANCELLED
@@ -128,6 +153,7 @@ async def serve(request: web.Request, kind: str, path: str) -> web.StreamRespons
     finally:
         for grant in grants:
             gw.admission.release(grant)
+        await end_hooks(call)  # client data: the turn or the answer kept, a thread's lock let go
         await _finish(gw, call, reservation)
 
 
@@ -274,6 +300,11 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
             encoded[engine_model] = _engine_body(gw, call, body, body_bytes, engine_model)
         sent_at = time.monotonic()
         relay = SSERelay(strip_usage=not call.client_wants_usage) if call.stream else None
+        if relay is not None and call.guard is not None:
+            relay = call.guard.wrap(relay)  # guard: text released only once checked
+        relay = wrap_stream(call, relay)  # client data: the stream as checked, seen by a thread or the cache
+        if relay is not None and call.dialect is not None:
+            relay = call.dialect.relay(relay)  # outermost: it writes the client's API's events
         first = b""
         try:
             resp = await gw.upstream.open(replica, call.path, encoded[engine_model], request_id=call.request_id,
@@ -301,7 +332,7 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _answer(gw: Gateway, call: Call, request: web.Request, resp, relay: SSERelay | None, first: bytes,
+async def _answer(gw: Gateway, call: Call, request: web.Request, resp, relay: Any, first: bytes,
                   deadline: float | None) -> web.StreamResponse:
     replica = gw.replicas.get(call.replica)
     headers = _answer_headers(call)
@@ -336,7 +367,14 @@ async def _answer(gw: Gateway, call: Call, request: web.Request, resp, relay: SS
         call.code = "engine_refused"
     else:
         _take_usage(call, find_usage(raw))
+        if call.guard is not None:
+            raw = await call.guard.filter_answer(raw)  # guard: the answer checked whole
+            headers = _answer_headers(call)
+    saw_answer(call, resp.status, raw)  # client data: the answer as checked, seen by a thread or the cache
     content_type = resp.headers.get("Content-Type", JSON)
+    if call.dialect is not None:
+        status, raw = call.dialect.answer(resp.status, raw)
+        return web.Response(status=status, body=raw, headers={**headers, "Content-Type": JSON})
     return web.Response(status=resp.status, body=raw, headers={**headers, "Content-Type": content_type})
 
 
@@ -361,6 +399,9 @@ def _answer_headers(call: Call) -> dict[str, str]:
         headers["x-llmgw-queue-ms"] = str(int(call.queue_s * 1000))
     if call.model_served and call.model and call.model_served != call.model:
         headers["x-llmgw-served-model"] = call.model_served
+    if call.guard is not None:
+        headers.update(call.guard.headers())  # guard: x-llmgw-guard, x-llmgw-guard-policy
+    headers.update(call.headers)  # client data
     return headers
 
 
@@ -430,7 +471,25 @@ def _account(gw: Gateway, call: Call, now: float) -> None:
                model=call.model_asked, served=call.model_served, replica_id=call.replica, status=call.status,
                outcome=call.outcome, code=call.code or None, prompt_tokens=call.prompt_tokens,
                completion_tokens=call.completion_tokens, ms=int((now - call.started) * 1000),
-               queue_ms=int(call.queue_s * 1000) if call.queue_s is not None else None)
+               queue_ms=int(call.queue_s * 1000) if call.queue_s is not None else None,
+               **_guard_fields(call))
+
+
+def _guard_fields(call: Call) -> dict[str, Any]:
+    """guard: what the access log says of the guardrails: the action, its stage and the policies."""
+    record = call.guard.record if call.guard is not None else None
+    if record is None or not record.action:
+        return {}
+    return {"guard_action": record.action, "guard_stage": record.stage, "guard_policy": record.policy}
+
+
+def _guard_columns(call: Call) -> dict[str, Any]:
+    """guard: the usage row's guard_* columns: action, policies, category and check time, never text."""
+    if call.guard is None:
+        return {}
+    r = call.guard.record
+    return {"guard_action": r.action or None, "guard_policy": r.policy or None,
+            "guard_category": r.category or None, "guard_ms": r.ms}
 
 
 def _record(gw: Gateway, call: Call, principal: Principal, now: float, ttft: float | None) -> None:
@@ -445,6 +504,7 @@ def _record(gw: Gateway, call: Call, principal: Principal, now: float, ttft: flo
         latency_ms=int((now - call.started) * 1000),
         ttft_ms=int(ttft * 1000) if ttft is not None else None,
         client_user=call.client_user, metadata=call.metadata, tags=call.tags,
+        **_guard_columns(call),
     )
     try:
         gw.accountant.record(row)

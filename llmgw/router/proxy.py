@@ -210,6 +210,8 @@ async def first_events(resp: aiohttp.ClientResponse, relay: SSERelay, timeouts: 
                                           f"replica {replica.id} ended its stream before sending anything",
                                           retryable=True, counts=True)
                 out = relay.feed(data)
+                if not isinstance(out, bytes):  # guard: a guarded relay checks before it releases
+                    out = await out
                 if out:
                     return out
     except TimeoutError:
@@ -257,25 +259,32 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse, heade
                 if not data:
                     break
                 out = relay.feed(data)
+                if not isinstance(out, bytes):  # guard: a guarded relay checks (maybe asks a judge) first
+                    timer.reschedule(None if deadline is None else loop.time() + (deadline - mono()))
+                    out = await out
                 if out:
                     # Writing waits on a slow client: only `total` bounds that.
                     timer.reschedule(None if deadline is None else loop.time() + (deadline - mono()))
                     await response.write(out)
                     outcome.last_at = mono()
+                if getattr(relay, "stopped", False):  # guard: stopped by a policy; closing cancels the engine
+                    break
         tail = relay.close()
+        if not isinstance(tail, bytes):  # guard
+            tail = await tail
         if tail:
             await response.write(tail)
     except TimeoutError:
         said = f"sent nothing for {timeouts.idle:g}s" if limit_kind == "idle" else "ran out of time"
         outcome.failure = upstream_error(504, "upstream_timeout",
                                          f"the engine {said} (router.timeouts.{limit_kind}); the answer was cut")
-        await _end_with_error(response, outcome.failure)
+        await _end_with_error(response, outcome.failure, relay)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         outcome.client_gone = True
     except aiohttp.ClientError as exc:
         outcome.failure = upstream_error(502, "upstream_error",
                                          f"the engine's stream broke off ({type(exc).__name__})")
-        await _end_with_error(response, outcome.failure)
+        await _end_with_error(response, outcome.failure, relay)
     finally:
         resp.close()  # releases, or closes a connection the engine is still writing to
     if not outcome.client_gone:
@@ -286,9 +295,12 @@ async def relay_stream(request: web.Request, resp: aiohttp.ClientResponse, heade
     return response, outcome
 
 
-async def _end_with_error(response: web.StreamResponse, error: GatewayError) -> None:
+async def _end_with_error(response: web.StreamResponse, error: GatewayError, relay: SSERelay) -> None:
+    """The last event of a cut stream; a translating relay (llmgw.router.dialects) writes its API's own."""
+    event = getattr(relay, "error_event", None)
     try:
-        await response.write(b"data: " + error_body(error.message, error.type, error.code) + b"\n\n")
+        await response.write(event(error) if event is not None
+                             else b"data: " + error_body(error.message, error.type, error.code) + b"\n\n")
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         pass
 

@@ -6,6 +6,7 @@ the configuration. Parts it builds itself it also starts and stops, in the
 app's cleanup context, in this order (and the reverse at shutdown):
 
     store → key resolver → accountant (and its usage writer) → gateway (engine client, scraper)
+    → client data (batch worker, janitor)
 
 so at shutdown the gateway stops first, then usage rows are written, then
 the store closes.
@@ -22,6 +23,7 @@ from aiohttp import web
 from llmgw.accounting.api import AccountantProtocol
 from llmgw.auth.principal import KeyResolverProtocol
 from llmgw.config.server import ServerConfig
+from llmgw.guard.wiring import build_guard
 from llmgw.obs import logs
 from llmgw.obs.metrics import CONTENT_TYPE, GatewayMetrics
 from llmgw.router.app import make_router_app
@@ -39,7 +41,8 @@ def make_gateway_app(config: ServerConfig, store: Store | None = None,
                      resolver: KeyResolverProtocol | None = None,
                      accountant: AccountantProtocol | None = None,
                      replicas: ReplicaSet | None = None,
-                     metrics: GatewayMetrics | None = None) -> web.Application:
+                     metrics: GatewayMetrics | None = None,
+                     guard=None) -> web.Application:
     """The client API application. Parts given are used as they are (their owner starts and
     stops them); parts left out are built from `config` and owned by the app: the store is
     opened from `store.dsn` only when a resolver or an accountant has to be built on it."""
@@ -48,6 +51,8 @@ def make_gateway_app(config: ServerConfig, store: Store | None = None,
     replicas = replicas if replicas is not None else static_replicas(config)
     metrics = metrics if metrics is not None else GatewayMetrics()
     gateway = Gateway(config, replicas=replicas, accountant=accountant, resolver=resolver, metrics=metrics)
+    # guard: the guardrails (None when guard.mode is off), their metrics in the gateway's registry
+    gateway.guard = guard if guard is not None else build_guard(config, gateway, metrics.registry)
     app = make_router_app(gateway)
     app[METRICS] = metrics
     if accountant is None or (resolver is None and config.auth.keys_required):
@@ -55,7 +60,47 @@ def make_gateway_app(config: ServerConfig, store: Store | None = None,
         app.cleanup_ctx.insert(0, functools.partial(_owned_parts, config, store))
     elif store is not None:
         app[STORE] = store
+    if gateway.guard is not None:
+        app.cleanup_ctx.append(_guard_settings)  # guard: attachments and on/off, read from the store
+    app.cleanup_ctx.append(_client_data)  # client data: after the gateway starts, stopped before it
+    # ---- web portal (llmgw.web): landing, accounts, chat, /admin and /docs on this listener
+    from llmgw.web import install_portal
+
+    install_portal(app, config, store_key=STORE)
+    # ---- end of web portal
     return app
+
+
+async def _guard_settings(app: web.Application) -> AsyncIterator[None]:
+    """Keep the guardrails' attachments and on/off switch as the store has them (`llmgw ctl guard`)."""
+    from llmgw.guard.attach import AttachmentWatcher
+
+    store = app.get(STORE)
+    if store is None:
+        yield
+        return
+    watcher = AttachmentWatcher(app[GATEWAY].guard, store)
+    try:
+        await watcher.refresh()
+    except Exception as exc:  # the policies in server.yaml still apply; the watcher tries again
+        logs.event(log, "guard settings not read at start", logging.WARNING, error=str(exc))
+    watcher.start()
+    try:
+        yield
+    finally:
+        await watcher.stop()
+
+
+async def _client_data(app: web.Application) -> AsyncIterator[None]:
+    """Threads, memory notes, files, batches (and their worker) and the answer cache, on the store."""
+    from llmgw.router.client_data import CLIENT_DATA
+
+    data = app[CLIENT_DATA]
+    await data.start(app.get(STORE), app)
+    try:
+        yield
+    finally:
+        await data.close()
 
 
 async def _owned_parts(config: ServerConfig, given_store: Store | None, app: web.Application) -> AsyncIterator[None]:

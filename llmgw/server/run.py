@@ -42,6 +42,10 @@ async def run_server(config: ServerConfig, *, stop: asyncio.Event | None = None,
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
             pass
     app = make_gateway_app(config)
+    # ---- the control plane (issue 4): scheduler, agent port, GET /leader, admin API on admin_listen
+    from llmgw.control.wiring import attach_control_plane
+    attach_control_plane(app, config)
+    # ---- end of the control plane
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=drain_seconds, access_log=None)
     metrics_runner: web.AppRunner | None = None
     try:

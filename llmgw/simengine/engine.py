@@ -25,6 +25,9 @@ from llmgw.simengine.protocol import APIError, Plan, Prompt, dumps
 from llmgw.simengine.scheduler import BatchScheduler
 
 _NO_SEED = -1
+#: A model whose name starts with this answers with what it was sent (the last user
+#: message, or the prompt), so tests can see what reached the engine.
+ECHO_PREFIX = "echo"
 
 
 @attrs.define(slots=True)
@@ -74,6 +77,14 @@ def _apply_stop(pieces: list[str], stops: tuple[str, ...]) -> tuple[list[str], i
             kept.append(piece if offset + len(piece) <= cut else piece[: cut - offset])
         offset += len(piece)
     return kept, spent
+
+
+def _echo_choice(plan: Plan, prompt: Prompt, index: int, budget: int) -> Choice:
+    """An echo model's answer: the text it was sent, cut at the answer's length."""
+    pieces = tokens.split_text(plan.last_user if plan.kind == "chat" else prompt.text)
+    if len(pieces) > budget:
+        return Choice(index, pieces[:budget], "length", budget)
+    return Choice(index, pieces, "stop", len(pieces))
 
 
 class Engine:
@@ -139,7 +150,10 @@ class Engine:
             prompt_seed = tokens.digest(prompt.text)
             for i in range(plan.n):
                 seed = tokens.mix(prompt_seed, request_seed, self.options.seed, i)
-                choice = self._choice(plan, p * plan.n + i, seed, budget, finish)
+                if plan.model.startswith(ECHO_PREFIX) and plan.tool is None and plan.json_format is None:
+                    choice = _echo_choice(plan, prompt, p * plan.n + i, budget)
+                else:
+                    choice = self._choice(plan, p * plan.n + i, seed, budget, finish)
                 if plan.echo:
                     choice.echo = prompt.text
                 choices.append(choice)

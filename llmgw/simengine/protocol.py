@@ -82,6 +82,8 @@ class Plan:
     tool: dict[str, Any] | None = None
     # "json_object", a JSON schema (dict) for json_schema, or None for text.
     json_format: str | dict | None = None
+    # The last user message's text: what a model named echo… answers with.
+    last_user: str = ""
 
     @property
     def prompt_tokens(self) -> int:
@@ -262,7 +264,15 @@ def parse_chat(body: dict, options: SimOptions) -> Plan:
     plan = _common(body, options, "chat", [Prompt(text, tokenize(text))], model)
     plan.tool = tool
     plan.json_format = None if tool else _json_format(body)
+    plan.last_user = _last_user(body.get("messages"))
     return plan
+
+
+def _last_user(messages: list) -> str:
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], dict) and messages[i].get("role") == "user":
+            return _content_text(messages[i].get("content"), f"messages[{i}].content")
+    return ""
 
 
 # --- completions ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The store: tenancy, keys, limits, usage, settings, leases and the audit log.
+"""The store: tenancy, keys, limits, usage, settings, leases, the run-time catalog and the audit log.
 
 ``store = await open_store(dsn)`` opens one (SQLite or PostgreSQL, chosen by
 the address), applying migrations first; see :mod:`llmgw.store.api` for
@@ -20,6 +20,7 @@ from .errors import (
 )
 from .records import (
     BUDGET_PERIODS,
+    CATALOG_KINDS,
     LIMIT_SCOPES,
     MEMBER_ROLES,
     MEMBER_SCOPES,
@@ -29,23 +30,28 @@ from .records import (
     USER_STATES,
     ApiKey,
     AuditEvent,
+    CatalogEntry,
     Lease,
     Limits,
     Membership,
     Organization,
+    PasswordReset,
     Project,
     ResolvedKey,
     Setting,
     SettingChange,
+    StoredResponse,
     Team,
     UsageRow,
     UsageSum,
     User,
+    WebSession,
 )
 from .sqlbase import Clock
 
 __all__ = [
     "BUDGET_PERIODS",
+    "CATALOG_KINDS",
     "LIMIT_SCOPES",
     "MEMBER_ROLES",
     "MEMBER_SCOPES",
@@ -55,6 +61,7 @@ __all__ = [
     "USER_STATES",
     "ApiKey",
     "AuditEvent",
+    "CatalogEntry",
     "Conflict",
     "Invalid",
     "Lease",
@@ -62,6 +69,7 @@ __all__ = [
     "Membership",
     "NotFound",
     "Organization",
+    "PasswordReset",
     "Project",
     "ResolvedKey",
     "Setting",
@@ -70,10 +78,12 @@ __all__ = [
     "StoreError",
     "StoreTooNew",
     "StoreUnavailable",
+    "StoredResponse",
     "Team",
     "UsageRow",
     "UsageSum",
     "User",
+    "WebSession",
     "open_store",
     "parse_dsn",
 ]

@@ -25,18 +25,33 @@ from typing import Any
 from .records import (
     ApiKey,
     AuditEvent,
+    CatalogEntry,
     Lease,
     Limits,
     Membership,
     Organization,
+    PasswordReset,
     Project,
     ResolvedKey,
     Setting,
     SettingChange,
+    StoredResponse,
     Team,
     UsageRow,
     UsageSum,
     User,
+    WebSession,
+)
+from .client_data import (
+    DEFAULT_THREAD_RETENTION,
+    MAX_NOTES_PER_AGENT,
+    MAX_THREAD_TURNS,
+    Batch,
+    BatchResult,
+    MemoryNote,
+    ProjectFeatures,
+    StoredFile,
+    ThreadTurn,
 )
 
 
@@ -386,6 +401,36 @@ class Store(abc.ABC):
     async def get_lease(self, name: str) -> Lease | None:
         """The lease as last taken (check ``held_at`` for whether it still is)."""
 
+    # ---- the run-time catalog ----------------------------------------------
+
+    @abc.abstractmethod
+    async def get_catalog_entry(self, name: str) -> CatalogEntry | None: ...
+
+    @abc.abstractmethod
+    async def list_catalog_entries(self) -> list[CatalogEntry]:
+        """Every run-time catalog row, by name."""
+
+    @abc.abstractmethod
+    async def put_catalog_entry(
+        self,
+        name: str,
+        kind: str,
+        spec: Mapping[str, Any],
+        *,
+        actor: str,
+        expect_version: int | None = None,
+    ) -> CatalogEntry:
+        """Create or replace a row. ``expect_version`` 0 means it must not
+        exist yet, N that it must still be at version N (else Conflict, saying
+        what it is at now); None writes whatever is there."""
+
+    @abc.abstractmethod
+    async def delete_catalog_entry(
+        self, name: str, *, expect_version: int | None = None
+    ) -> bool:
+        """Remove a row; False when there was none. A row at another version
+        than ``expect_version`` is left alone (Conflict)."""
+
     # ---- audit -------------------------------------------------------------
 
     @abc.abstractmethod
@@ -407,3 +452,254 @@ class Store(abc.ABC):
     ) -> list[AuditEvent]:
         """Events newest first. ``action`` ending in ``*`` matches a prefix
         (``keys.*``); ``before_id`` pages back from an earlier answer."""
+
+    # ---- the portal: sessions and password reset links ----------------------
+
+    @abc.abstractmethod
+    async def create_web_session(
+        self,
+        *,
+        token_hash: str,
+        user_id: str,
+        csrf_token: str,
+        expires_at: dt.datetime,
+        client: str = "",
+        user_agent: str = "",
+    ) -> WebSession:
+        """Record a sign-in: the SHA-256 (hex) of the cookie the caller made."""
+
+    @abc.abstractmethod
+    async def get_web_session(self, token_hash: str) -> WebSession | None: ...
+
+    @abc.abstractmethod
+    async def touch_web_session(self, token_hash: str, at: dt.datetime) -> bool:
+        """Record that the session was used at ``at`` (an older time is
+        ignored); False when there is no such session."""
+
+    @abc.abstractmethod
+    async def set_web_session_key(self, token_hash: str, key_id: str | None) -> bool:
+        """Remember the chat page's key of a session; False when there is no such session."""
+
+    @abc.abstractmethod
+    async def list_web_sessions(self, user_id: str) -> list[WebSession]:
+        """A person's sessions, newest first."""
+
+    @abc.abstractmethod
+    async def delete_web_session(self, token_hash: str) -> WebSession | None:
+        """Sign one session out; returns it as it was (None: there was none)."""
+
+    @abc.abstractmethod
+    async def delete_user_web_sessions(self, user_id: str, *, keep: str | None = None) -> list[WebSession]:
+        """Sign a person out everywhere, but for the session whose hash is
+        ``keep``; returns the sessions removed."""
+
+    @abc.abstractmethod
+    async def delete_stale_web_sessions(self, *, now: dt.datetime, idle_before: dt.datetime) -> list[WebSession]:
+        """Remove sessions past their end at ``now`` or unused since
+        ``idle_before``; returns them (their chat keys are to be revoked)."""
+
+    @abc.abstractmethod
+    async def create_password_reset(self, *, token_hash: str, user_id: str, expires_at: dt.datetime) -> PasswordReset:
+        """Record a reset link (the SHA-256 hex of its token). The person's
+        earlier links stop working: a newer one replaces them."""
+
+    @abc.abstractmethod
+    async def get_password_reset(self, token_hash: str) -> PasswordReset | None: ...
+
+    @abc.abstractmethod
+    async def use_password_reset(self, token_hash: str, at: dt.datetime) -> PasswordReset | None:
+        """Spend a link at ``at``: the link as spent, or None when there is no
+        such link or it was spent or had expired by then. Two uses at once:
+        one wins."""
+
+    @abc.abstractmethod
+    async def delete_stale_password_resets(self, before: dt.datetime) -> int:
+        """Remove links that expired before ``before`` (spent or not); returns how many."""
+
+    # ---- Responses API answers kept for previous_response_id ----------------
+
+    @abc.abstractmethod
+    async def put_response(
+        self,
+        response_id: str,
+        *,
+        scope: str,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        response: Mapping[str, Any],
+        ttl: dt.timedelta,
+    ) -> StoredResponse:
+        """Keep an answer for ``ttl`` (one kept under the same id is replaced)."""
+
+    @abc.abstractmethod
+    async def get_response(self, response_id: str) -> StoredResponse | None:
+        """The answer kept under this id, unless it has expired."""
+
+    @abc.abstractmethod
+    async def delete_response(self, response_id: str) -> bool:
+        """Forget an answer; False when there was none."""
+
+    @abc.abstractmethod
+    async def prune_responses(self, *, keep_at_most: int) -> int:
+        """Remove the expired answers, then the oldest beyond ``keep_at_most``; returns how many went."""
+
+    # ---- what clients keep: projects' switches, threads, memory notes, files, batches ----
+    # (llmgw.store.client_data holds the records and the limits; llmgw.store.sql_client_data the SQL.)
+
+    @abc.abstractmethod
+    async def get_project_features(self, project_id: str) -> ProjectFeatures:
+        """A project's switches (threads, memory notes, answer cache); the defaults when never set."""
+
+    @abc.abstractmethod
+    async def list_project_features(self) -> list[ProjectFeatures]:
+        """Every project whose switches were ever set, by project id."""
+
+    @abc.abstractmethod
+    async def set_project_features(
+        self,
+        project_id: str,
+        *,
+        actor: str,
+        threads: bool | None = None,
+        thread_retention: dt.timedelta | None = None,
+        memory: bool | None = None,
+        cache: bool | None = None,
+        cache_ttl: dt.timedelta | None = None,
+    ) -> ProjectFeatures:
+        """Change some of a project's switches (None leaves one as it is); NotFound for no such project."""
+
+    @abc.abstractmethod
+    async def get_thread_turns(self, project_id: str, thread_id: str) -> list[ThreadTurn]:
+        """A thread's turns, oldest first; empty when there is none or it is past its retention."""
+
+    @abc.abstractmethod
+    async def append_thread_turn(
+        self,
+        project_id: str,
+        thread_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tokens: int,
+        retention: dt.timedelta = DEFAULT_THREAD_RETENTION,
+        keep_turns: int = MAX_THREAD_TURNS,
+    ) -> ThreadTurn:
+        """Add a turn (creating the thread); the thread is kept ``retention`` from now, and only
+        its newest ``keep_turns`` turns."""
+
+    @abc.abstractmethod
+    async def delete_thread(self, project_id: str, thread_id: str) -> bool:
+        """Forget a thread; False when there was none."""
+
+    @abc.abstractmethod
+    async def delete_expired_threads(self) -> int:
+        """Remove threads past their retention; returns how many."""
+
+    @abc.abstractmethod
+    async def put_memory_note(
+        self,
+        project_id: str,
+        agent: str,
+        key: str,
+        text: str,
+        tags: Sequence[str] = (),
+        *,
+        max_notes: int = MAX_NOTES_PER_AGENT,
+    ) -> tuple[MemoryNote, bool]:
+        """Keep a note under its key (replacing one there); True when it is new. Conflict when the
+        agent already keeps ``max_notes`` notes."""
+
+    @abc.abstractmethod
+    async def get_memory_note(self, project_id: str, agent: str, key: str) -> MemoryNote | None: ...
+
+    @abc.abstractmethod
+    async def delete_memory_note(self, project_id: str, agent: str, key: str) -> bool:
+        """False when there was no such note."""
+
+    @abc.abstractmethod
+    async def search_memory_notes(
+        self, project_id: str, agent: str, *, text: str | None = None, tag: str | None = None, limit: int = 100,
+    ) -> list[MemoryNote]:
+        """Notes whose key or text holds ``text`` (any case) and that carry ``tag``, newest first."""
+
+    @abc.abstractmethod
+    async def create_file(
+        self, owner: str, *, purpose: str, filename: str, content: bytes, expires_at: dt.datetime | None = None,
+    ) -> StoredFile:
+        """Keep a file's bytes in the store; ``expires_at`` None keeps it until deleted."""
+
+    @abc.abstractmethod
+    async def get_file(self, owner: str, file_id: str) -> StoredFile | None:
+        """The owner's file, unless it has expired."""
+
+    @abc.abstractmethod
+    async def read_file_content(self, owner: str, file_id: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def list_files(
+        self, owner: str, *, purpose: str | None = None, after: str | None = None, limit: int = 100,
+    ) -> list[StoredFile]:
+        """The owner's files newest first; ``after`` the last id of the page before."""
+
+    @abc.abstractmethod
+    async def delete_file(self, owner: str, file_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def delete_expired_files(self) -> int:
+        """Remove files past their expiry; returns how many."""
+
+    @abc.abstractmethod
+    async def create_batch(
+        self,
+        owner: str,
+        *,
+        key_id: str,
+        principal: dict[str, Any],
+        endpoint: str,
+        completion_window: str,
+        input_file_id: str,
+        expires_at: dt.datetime,
+        metadata: dict[str, str] | None = None,
+    ) -> Batch:
+        """A new batch, ``validating`` until the worker takes it."""
+
+    @abc.abstractmethod
+    async def get_batch(self, batch_id: str, *, owner: str | None = None) -> Batch | None:
+        """The batch; a client's look-up passes its ``owner``."""
+
+    @abc.abstractmethod
+    async def list_batches(self, owner: str, *, after: str | None = None, limit: int = 20) -> list[Batch]:
+        """The owner's batches newest first; ``after`` the last id of the page before."""
+
+    @abc.abstractmethod
+    async def list_open_batches(self, *, limit: int = 100) -> list[Batch]:
+        """Batches still to run or finish (validating, in_progress, finalizing, cancelling), oldest first."""
+
+    @abc.abstractmethod
+    async def set_batch_status(
+        self,
+        batch_id: str,
+        status: str,
+        *,
+        expect: Sequence[str] | None = None,
+        total: int | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ) -> Batch | None:
+        """Move a batch to ``status``, only from one of ``expect`` when given (None: it was not)."""
+
+    @abc.abstractmethod
+    async def cancel_batch(self, owner: str, batch_id: str) -> Batch:
+        """Ask a running batch to stop (``cancelling``); Conflict when it has ended already."""
+
+    @abc.abstractmethod
+    async def record_batch_results(self, batch_id: str, results: Sequence[BatchResult]) -> Batch:
+        """Keep the results of lines done and count them in the batch."""
+
+    @abc.abstractmethod
+    async def batch_lines_done(self, batch_id: str) -> set[int]:
+        """The lines that have a result already."""
+
+    @abc.abstractmethod
+    async def finish_batch(
+        self, batch_id: str, status: str, *, output_expires_at: dt.datetime | None = None,
+    ) -> Batch:
+        """End a batch: its results become its output and error files, and are dropped."""

@@ -25,9 +25,13 @@ import asyncpg
 
 from .errors import Conflict, Invalid, StoreError, StoreUnavailable
 from .migrate import SCHEMA_MIGRATIONS_DDL, Migration, run_migrations
+from .sql_catalog import SQLCatalog
+from .sql_client_data import SQLClientData
 from .sql_keys import SQLKeys
 from .sql_ops import SQLOps
+from .sql_responses import SQLResponses
 from .sql_tenancy import SQLTenancy
+from .sql_web import SQLWeb
 from .sqlbase import UTC, Clock, T, Work
 
 log = logging.getLogger("llmgw.store")
@@ -126,7 +130,7 @@ class PGTx:
             await self._conn.executemany(numbered(sql), args)
 
 
-class PostgresStore(SQLTenancy, SQLKeys, SQLOps):
+class PostgresStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData):
     def __init__(self, dsn: str, pool: asyncpg.Pool, clock: Clock | None) -> None:
         super().__init__(clock)
         self._dsn_shown = redact(dsn)

@@ -192,6 +192,11 @@ class UsageRow:
     client_user: str | None = None  # the API's `user` field, as the client sent it
     metadata: dict[str, Any] | None = attrs.field(default=None, hash=False)
     tags: tuple[str, ...] = attrs.field(default=(), converter=_lists_to_tuples)
+    # What the guardrails did (llmgw.guard): never the text, a matched value or a placeholder.
+    guard_action: str | None = None  # flagged, redacted, blocked, or shadow-… (what a shadow policy would have done)
+    guard_policy: str | None = None  # the policies that applied, widest first, joined by commas
+    guard_category: str | None = None  # what it was about, like "secret: aws_access_key" or "judge: Violent"
+    guard_ms: int | None = None  # time the checks took, judges included
 
     @property
     def model(self) -> str:
@@ -241,6 +246,24 @@ class SettingChange:
     actor: str
 
 
+#: What a run-time catalog row holds: a whole model, or the scaling of one server.yaml declares.
+CATALOG_KINDS = ("model", "scaling")
+
+
+@attrs.frozen(kw_only=True)
+class CatalogEntry:
+    """A model added at run time (kind ``model``), or a run-time change to the
+    scaling of a model server.yaml declares (kind ``scaling``)."""
+
+    name: str
+    kind: str  # one of CATALOG_KINDS
+    spec: dict[str, Any] = attrs.field(hash=False)  # as the model (or its scaling:) is written in server.yaml
+    version: int  # 1 when created, +1 per change
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    actor: str
+
+
 @attrs.frozen(kw_only=True)
 class Lease:
     """A named lease (leadership). ``epoch`` grows every time the lease is
@@ -264,3 +287,49 @@ class AuditEvent:
     action: str
     target: str
     detail: dict[str, Any] | None = attrs.field(default=None, hash=False)
+
+
+# ---- the portal: sign-in sessions and password reset links ----------------
+
+
+@attrs.frozen(kw_only=True)
+class WebSession:
+    """A person signed in to the portal in one browser. The cookie's value is
+    never stored, only its SHA-256 (hex)."""
+
+    token_hash: str
+    user_id: str
+    csrf_token: str  # every form posted in this session must carry it
+    created_at: dt.datetime
+    last_seen_at: dt.datetime
+    expires_at: dt.datetime  # created_at + auth.session_ttl; idleness ends it sooner
+    client: str  # the address it was opened from
+    user_agent: str
+    chat_key_id: str | None = None  # the chat page's short-lived key, revoked with the session
+
+
+@attrs.frozen(kw_only=True)
+class PasswordReset:
+    """A link to set a new password: works once, until ``expires_at``."""
+
+    token_hash: str  # sha256 hex of the link's token
+    user_id: str
+    created_at: dt.datetime
+    expires_at: dt.datetime
+    used_at: dt.datetime | None = None
+
+    def usable_at(self, now: dt.datetime) -> bool:
+        return self.used_at is None and now < self.expires_at
+
+
+@attrs.frozen(kw_only=True)
+class StoredResponse:
+    """A Responses API answer kept so a later request can continue it (``previous_response_id``)."""
+
+    id: str  # resp_…
+    scope: str  # who may continue it: its project, else its key; "" when the gateway takes no keys
+    model: str  # the model asked for
+    messages: list[dict[str, Any]] = attrs.field(hash=False)  # the conversation as chat messages, the answer last
+    response: dict[str, Any] = attrs.field(hash=False)  # the response object as the client got it
+    created_at: dt.datetime
+    expires_at: dt.datetime

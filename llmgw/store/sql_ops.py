@@ -121,7 +121,7 @@ class SQLOps(SQLStoreBase):
             r.model_requested, r.model_served, r.replica, r.prompt_tokens, r.completion_tokens,
             r.cached_tokens, r.cost_micros, r.status, r.outcome, r.latency_ms, r.ttft_ms,
             r.client_user, None if r.metadata is None else v.to_json(r.metadata, "metadata"),
-            v.to_json(list(r.tags), "tags"),
+            v.to_json(list(r.tags), "tags"), r.guard_action, r.guard_policy, r.guard_category, r.guard_ms,
         )
 
     async def get_usage(self, request_id: str) -> UsageRow | None:

@@ -127,7 +127,8 @@ LIMIT_COLS = "scope_kind, scope_id, rpm, tpm, budget_micros, budget_period, allo
 USAGE_COLS = (
     "request_id, at, key_id, project_id, team_id, org_id, user_id, model_requested, "
     "model_served, replica, prompt_tokens, completion_tokens, cached_tokens, cost_micros, "
-    "status, outcome, latency_ms, ttft_ms, client_user, metadata, tags"
+    "status, outcome, latency_ms, ttft_ms, client_user, metadata, tags, "
+    "guard_action, guard_policy, guard_category, guard_ms"
 )
 SETTING_COLS = "key, value, version, updated_at, actor"
 SETTING_CHANGE_COLS = "id, key, value, removed, version, at, actor"
@@ -302,6 +303,10 @@ class SQLStoreBase(Store):
             client_user=r["client_user"],
             metadata=from_json(r["metadata"]),
             tags=tuple(from_json(r["tags"]) or ()),
+            guard_action=r["guard_action"],
+            guard_policy=r["guard_policy"],
+            guard_category=r["guard_category"],
+            guard_ms=r["guard_ms"],
         )
 
     def _usage_sum(self, r: Row) -> UsageSum:

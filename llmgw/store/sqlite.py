@@ -20,9 +20,13 @@ import aiosqlite
 
 from .errors import Conflict, Invalid, StoreError, StoreUnavailable
 from .migrate import SCHEMA_MIGRATIONS_DDL, Migration, run_migrations
+from .sql_catalog import SQLCatalog
+from .sql_client_data import SQLClientData
 from .sql_keys import SQLKeys
 from .sql_ops import SQLOps
+from .sql_responses import SQLResponses
 from .sql_tenancy import SQLTenancy
+from .sql_web import SQLWeb
 from .sqlbase import UTC, Clock, T, Work
 
 BUSY_TIMEOUT_MS = 5000
@@ -71,7 +75,7 @@ def _translate(e: sqlite3.Error) -> StoreError:
     return StoreError(f"sqlite: {text}")
 
 
-class SQLiteStore(SQLTenancy, SQLKeys, SQLOps):
+class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData):
     def __init__(
         self,
         path: str | None,

@@ -211,7 +211,15 @@ def check_usage_row(row: Any, index: int) -> UsageRow:
             else check_text(row.client_user, f"{where}: client_user", max_len=256, allow_empty=True)
         ),
         tags=tags,
+        guard_action=_opt_text(row.guard_action, f"{where}: guard_action", 64),
+        guard_policy=_opt_text(row.guard_policy, f"{where}: guard_policy", 1024),
+        guard_category=_opt_text(row.guard_category, f"{where}: guard_category", 256),
+        guard_ms=check_opt_int(row.guard_ms, f"{where}: guard_ms"),
         **ids,
         **texts,
         **counts,
     )
+
+
+def _opt_text(value: Any, what: str, max_len: int) -> str | None:
+    return None if value is None else check_text(value, what, max_len=max_len, allow_empty=True)

@@ -188,3 +188,11 @@ def test_findings_never_carry_the_value(pii):
     assert sorted(f.kind for f in found) == ["card", "email", "iban", "ip", "phone", "tckn"]
     for f in found:
         assert text[f.start:f.end] not in f.detail and f.category == "pii"
+
+
+def test_a_trunk_zero_group_inside_a_longer_grouped_number_is_not_a_phone(pii, spans):
+    # Found by `llmgw bench guard`: the last groups of a card-like number read as a national phone number.
+    assert spans(pii, "ref 4038 0838 7283 2279") == []
+    assert spans(pii, "4979-0309-8684-0105") == []
+    assert spans(pii, "call 0532 123 45 67 now") == [("phone", "0532 123 45 67")]
+    assert spans(pii, "tel: 020 7946 0958") == [("phone", "020 7946 0958")]

@@ -56,10 +56,3 @@ def test_a_bad_node_id_is_a_usage_error(tmp_path, capsys):
     capsys.readouterr()
     assert main(["ctl", "cert", "issue-node", "no spaces", "--dir", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "not allowed" in capsys.readouterr().err
-
-
-def test_other_ctl_commands_are_not_built_yet(capsys):
-    assert main(["ctl"]) == 2
-    assert main(["ctl", "nodes", "list", "--json"]) == 2
-    err = capsys.readouterr().err
-    assert "llmgw ctl nodes: not built yet" in err

@@ -2,8 +2,9 @@
 
 `sim(**options)` starts an engine; `gateway(models=[...], **settings)` starts
 a gateway whose server.yaml is built from keyword sections (`router=`,
-`admission=`, `auth=`); both listen on free ports of 127.0.0.1 and close
-after the test. The fakes implement the contracts in llmgw.auth.principal
+`admission=`, `auth=`), with an open store when given one (`store=`, closed
+by its owner); both listen on free ports of 127.0.0.1 and close after the
+test. The fakes implement the contracts in llmgw.auth.principal
 and llmgw.accounting.api and keep what they were told, for the tests.
 """
 
@@ -164,7 +165,7 @@ async def gateway():
     running: list[RunningGateway] = []
 
     async def make(models: list[dict], *, keys: dict[str, Principal] | None = None,
-                   accountant: FakeAccountant | None = None, **sections) -> RunningGateway:
+                   accountant: FakeAccountant | None = None, store=None, **sections) -> RunningGateway:
         raw: dict[str, Any] = {"models": models, "store": {"dsn": "/nonexistent/llmgw.db"}}
         raw["auth"] = {"keys_required": keys is not None, **sections.pop("auth", {})}
         router = sections.pop("router", {})
@@ -174,7 +175,7 @@ async def gateway():
         resolver = FakeResolver(keys)
         accountant = accountant or FakeAccountant()
         metrics = GatewayMetrics()
-        app = make_gateway_app(config, store=None, resolver=resolver, accountant=accountant, metrics=metrics)
+        app = make_gateway_app(config, store=store, resolver=resolver, accountant=accountant, metrics=metrics)
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

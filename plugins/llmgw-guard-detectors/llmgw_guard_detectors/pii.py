@@ -68,6 +68,15 @@ def _starts_clear(text: str, start: int) -> bool:
     return start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_+")
 
 
+def _continues_digit_groups(text: str, start: int) -> bool:
+    """A number with a trunk 0 that follows a group of digits ("4979 0309 8684 0105") is the
+    rest of a longer number written in groups (a card, an account), not a phone number."""
+    at = start
+    while at > 0 and text[at - 1] in " -":
+        at -= 1
+    return at < start and at > 0 and text[at - 1].isdigit()
+
+
 def _phones(text: str) -> Iterator[Finding]:
     for label, fewest, most, pattern in _PHONES:
         pos = 0
@@ -76,7 +85,7 @@ def _phones(text: str) -> Iterator[Finding]:
             start, raw = m.start(), m.group()
             if label == "North American" and _NANP_TRUNK.search(text, max(0, start - 2), start):
                 start -= 2  # "1-800-...": the country code belongs to the number
-            if not _starts_clear(text, start):
+            if not _starts_clear(text, start) or (raw[0] in "0(" and _continues_digit_groups(text, start)):
                 continue
             trunk = 2 if raw.startswith("00") else 0
             digits = sum(c.isdigit() for c in raw) - trunk

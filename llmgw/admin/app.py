@@ -1,0 +1,115 @@
+"""The admin API as an aiohttp application of its own, and how a server runs it.
+
+    app = make_admin_app(config, store, cluster=cluster)
+
+serves /api/v1 (routes.py) behind the checks of security.py. The token is
+`token=` when given (tests), else read from `admin_token_file` when the app
+starts, written there first (0600) when the file does not exist yet.
+
+`admin_address(config)` is where it listens: `admin_listen`, refused on an
+address other than loopback unless `admin_remote: true`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.admin.cluster_api import Cluster
+from llmgw.admin.routes import register
+from llmgw.admin.security import admin_middleware
+from llmgw.admin.state import ADMIN, NO_SCHEDULER, Admin, TenancyFactory
+from llmgw.admin.token import ensure_token
+from llmgw.auth.tenancy import Tenancy
+from llmgw.config.server import ServerConfig
+from llmgw.config.validate import is_loopback, split_address
+from llmgw.store import Store
+
+log = logging.getLogger("llmgw.admin")
+
+__all__ = ["AdminListenError", "admin_address", "default_tenancy", "make_admin_app", "serve_admin"]
+
+#: Largest request body: a model definition is a few KiB.
+MAX_BODY = 1024 * 1024
+
+
+class AdminListenError(ValueError):
+    """admin_listen cannot be used as it is; the message says why and what to do."""
+
+
+def admin_address(config: ServerConfig) -> tuple[str, int]:
+    """(host, port) to listen on; AdminListenError for a bad address or one off loopback without admin_remote."""
+    try:
+        host, port = split_address(config.admin_listen)
+    except ValueError as exc:
+        raise AdminListenError(f"admin_listen: {exc}") from None
+    if not config.admin_remote and not is_loopback(host):
+        raise AdminListenError(
+            f"admin_listen: {config.admin_listen} is not a loopback address, and the admin token would cross "
+            "the network in clear; keep 127.0.0.1:9090 and reach it through ssh -L, or set admin_remote: true "
+            "on a network you trust")
+    return host, port
+
+
+def default_tenancy(config: ServerConfig, on_change: Callable[[str | None], None] | None = None) -> TenancyFactory:
+    """Tenancy as `llmgw org|users|keys --config server.yaml` builds it: the file's key lifetime, bands, models."""
+    from llmgw.auth.keys import model_aliases
+
+    def make(store: Any, actor: str) -> Tenancy:
+        return Tenancy(store, actor=actor, max_key_ttl=config.auth.max_key_ttl,
+                       bands=[b.name for b in config.admission.bands],
+                       models=model_aliases(config) or None, on_change=on_change)
+
+    return make
+
+
+def make_admin_app(
+    config: ServerConfig,
+    store: Store,
+    *,
+    cluster: Cluster | None = None,
+    no_cluster_reason: str = NO_SCHEDULER,
+    tenancy: TenancyFactory | None = None,
+    on_tenancy_change: Callable[[str | None], None] | None = None,
+    token: str | None = None,
+    clock: Callable[[], dt.datetime] | None = None,
+) -> web.Application:
+    """The admin API on `store`, steering `cluster` (none: its endpoints answer 501 with `no_cluster_reason`).
+
+    `on_tenancy_change` is told which cached keys to forget after a change to people, keys or limits (a key
+    resolver's `invalidate`); `tenancy` replaces how the Tenancy of a request is built.
+    """
+    app = web.Application(middlewares=[admin_middleware], client_max_size=MAX_BODY)
+    admin = Admin(config=config, store=store, cluster=cluster, no_cluster_reason=no_cluster_reason,
+                  tenancy=tenancy or default_tenancy(config, on_tenancy_change), token=token or "")
+    if clock is not None:
+        admin.clock = clock
+    app[ADMIN] = admin
+    register(app)
+    if token is None:
+        app.on_startup.append(_load_token)
+    return app
+
+
+async def _load_token(app: web.Application) -> None:
+    admin = app[ADMIN]
+    path = admin.config.admin_token_file
+    admin.token = ensure_token(path)  # small files; not worth an executor at start-up
+    log.info("admin token read from %s", path)
+
+
+@contextlib.asynccontextmanager
+async def serve_admin(app: web.Application, host: str, port: int) -> AsyncIterator[web.AppRunner]:
+    """Listen on host:port until the block ends (a server's admin listener, or a test's)."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host or None, port).start()  # empty: every interface (admin_remote)
+        yield runner
+    finally:
+        await runner.cleanup()

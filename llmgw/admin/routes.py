@@ -1,0 +1,233 @@
+"""The admin API's one route table: what is served, and what the OpenAPI document says.
+
+Every endpoint is one `Route` below: method, path, handler, the attrs types
+it reads (query, body) and answers, its summary, and for a change the audit
+log's action and target. `register(app)` serves exactly these;
+`openapi_document()` describes exactly these. Tests fail when the two
+disagree, or when docs/admin-api.openapi.json is not what this table makes
+(regenerate it with `llmgw ctl openapi > docs/admin-api.openapi.json`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.admin import handlers_cluster as hc
+from llmgw.admin import handlers_ops as ho
+from llmgw.admin import handlers_people as hp
+from llmgw.admin import handlers_usage as hu
+from llmgw.admin.api_types import (
+    AuditList,
+    AuditQuery,
+    Done,
+    Quota,
+    QuotaList,
+    QuotaSet,
+    ScopeQuery,
+    SettingHistory,
+    SettingHistoryQuery,
+    SettingInfo,
+    SettingList,
+    SettingValue,
+    Summary,
+    UsageExportQuery,
+    UsageQuery,
+    UsageReport,
+)
+from llmgw.admin.cluster_types import (
+    ModelAddOptions,
+    ModelDetail,
+    ModelList,
+    NodeInfo,
+    NodeLabels,
+    NodeList,
+    NodeReason,
+    PlacementExplanation,
+    ReplicaList,
+    RestartRequest,
+    RestartResult,
+    ScaleChange,
+)
+from llmgw.admin.dispatch import PREFIX, Route, make_endpoint
+from llmgw.admin.openapi import build_document
+from llmgw.admin.people_types import (
+    IssuedKey,
+    KeyCreate,
+    KeyInfo,
+    KeyList,
+    KeyQuery,
+    KeyRotate,
+    LimitsInfo,
+    LimitsSet,
+    MemberAdd,
+    MemberPathQuery,
+    MembershipInfo,
+    OrgCreate,
+    OrgNode,
+    OrgPathQuery,
+    OrgTree,
+    RotatedKey,
+    UserCreate,
+    UserDetail,
+    UserInfo,
+    UserList,
+    UserQuery,
+    UserRole,
+    UserState,
+)
+from llmgw.config.server import ModelConfig
+
+__all__ = ["PREFIX", "ROUTES", "TAGS", "openapi_document", "openapi_text", "register"]
+
+TAGS = (
+    ("cluster", "The fleet: nodes, models, replicas and placement (needs the scheduler)."),
+    ("usage", "Requests, tokens and cost, summed; CSV export."),
+    ("quotas", "Capacity quotas: GPUs, cores and memory per organization, team or project."),
+    ("settings", "Cluster settings changed at run time, over server.yaml, with their history."),
+    ("audit", "Every change, who made it, through what and how it ended."),
+    ("people", "Organizations, teams, projects, people, keys and limits."),
+    ("meta", "This API's own description."),
+)
+
+NODE = {"node": "The node's id."}
+MODEL = {"name": "The model's name or one of its aliases."}
+KEY = {"key": "The setting's key, like router.retries.attempts."}
+USER = {"user": "The person's email or id."}
+APIKEY = {"key": "The key's id (key-…) or its prefix."}
+
+ROUTES: tuple[Route, ...] = (
+    # ---- cluster
+    Route(method="GET", path="/summary", handler=hc.get_summary, tag="cluster", response=Summary,
+          summary="The fleet at a glance"),
+    Route(method="GET", path="/nodes", handler=hc.list_nodes, tag="cluster", response=NodeList,
+          summary="List nodes"),
+    Route(method="GET", path="/nodes/{node}", handler=hc.get_node, tag="cluster", response=NodeInfo,
+          params=NODE, summary="Show a node"),
+    Route(method="POST", path="/nodes/{node}/cordon", handler=hc.cordon_node, tag="cluster", response=NodeInfo,
+          request=NodeReason, params=NODE, action="nodes.cordon", target="node:{node}", summary="Cordon a node"),
+    Route(method="POST", path="/nodes/{node}/uncordon", handler=hc.uncordon_node, tag="cluster",
+          response=NodeInfo, params=NODE, action="nodes.uncordon", target="node:{node}",
+          summary="Uncordon a node"),
+    Route(method="POST", path="/nodes/{node}/drain", handler=hc.drain_node, tag="cluster", response=NodeInfo,
+          request=NodeReason, params=NODE, action="nodes.drain", target="node:{node}", summary="Drain a node"),
+    Route(method="DELETE", path="/nodes/{node}", handler=hc.remove_node, tag="cluster", response=NodeInfo,
+          params=NODE, action="nodes.remove", target="node:{node}", summary="Remove a node from the cluster"),
+    Route(method="PATCH", path="/nodes/{node}/labels", handler=hc.set_node_labels, tag="cluster",
+          response=NodeInfo, request=NodeLabels, params=NODE, action="nodes.labels", target="node:{node}",
+          summary="Set or take off a node's labels"),
+    Route(method="GET", path="/models", handler=hc.list_models, tag="cluster", response=ModelList,
+          summary="List the catalog"),
+    Route(method="POST", path="/models", handler=hc.add_model, tag="cluster", response=ModelDetail,
+          request=ModelConfig, raw_body=True, query=ModelAddOptions, status=201, action="models.add",
+          target="model:{name}", summary="Add a model"),
+    Route(method="GET", path="/models/{name}", handler=hc.get_model, tag="cluster", response=ModelDetail,
+          params=MODEL, summary="Show a model, every default filled in"),
+    Route(method="DELETE", path="/models/{name}", handler=hc.remove_model, tag="cluster", response=ModelDetail,
+          params=MODEL, action="models.remove", target="model:{name}", summary="Remove a model"),
+    Route(method="POST", path="/models/{name}/scale", handler=hc.scale_model, tag="cluster",
+          response=ModelDetail, request=ScaleChange, params=MODEL, action="models.scale",
+          target="model:{name}", summary="Scale a model"),
+    Route(method="POST", path="/models/{name}/restart", handler=hc.restart_model, tag="cluster",
+          response=RestartResult, request=RestartRequest, params=MODEL, action="models.restart",
+          target="model:{name}", summary="Restart a model's replicas"),
+    Route(method="GET", path="/models/{name}/placement", handler=hc.explain_placement, tag="cluster",
+          response=PlacementExplanation, params=MODEL, summary="Explain a model's placement"),
+    Route(method="GET", path="/replicas", handler=hc.list_replicas, tag="cluster", response=ReplicaList,
+          summary="List replicas"),
+    # ---- usage
+    Route(method="GET", path="/usage", handler=hu.get_usage, tag="usage", response=UsageReport,
+          query=UsageQuery, summary="Usage summed by group and period"),
+    Route(method="GET", path="/usage/export", handler=hu.export_usage, tag="usage", response=None,
+          content_type="text/csv", query=UsageExportQuery, summary="Usage as CSV"),
+    # ---- quotas
+    Route(method="GET", path="/quotas", handler=ho.list_quotas, tag="quotas", response=QuotaList,
+          summary="List capacity quotas"),
+    Route(method="PUT", path="/quotas", handler=ho.set_quota, tag="quotas", response=Quota, request=QuotaSet,
+          action="quotas.set", target="{scope}", summary="Set a capacity quota"),
+    Route(method="DELETE", path="/quotas", handler=ho.remove_quota, tag="quotas", response=Quota,
+          query=ScopeQuery, action="quotas.remove", target="{scope}", summary="Remove a capacity quota"),
+    # ---- settings
+    Route(method="GET", path="/settings", handler=ho.list_settings, tag="settings", response=SettingList,
+          summary="List cluster settings"),
+    Route(method="GET", path="/settings/history", handler=ho.setting_history, tag="settings",
+          response=SettingHistory, query=SettingHistoryQuery, summary="Settings' history"),
+    Route(method="GET", path="/settings/{key}", handler=ho.get_setting, tag="settings", response=SettingInfo,
+          params=KEY, summary="Show a setting"),
+    Route(method="PUT", path="/settings/{key}", handler=ho.set_setting, tag="settings", response=SettingInfo,
+          request=SettingValue, params=KEY, action="settings.set", target="setting:{key}",
+          summary="Set a setting"),
+    Route(method="DELETE", path="/settings/{key}", handler=ho.unset_setting, tag="settings",
+          response=SettingInfo, params=KEY, action="settings.unset", target="setting:{key}",
+          summary="Unset a setting (back to server.yaml's)"),
+    # ---- audit
+    Route(method="GET", path="/audit", handler=ho.list_audit, tag="audit", response=AuditList, query=AuditQuery,
+          summary="Read the audit log"),
+    # ---- people
+    Route(method="GET", path="/orgs", handler=hp.list_orgs, tag="people", response=OrgTree,
+          summary="The organization tree"),
+    Route(method="POST", path="/orgs", handler=hp.create_org, tag="people", response=OrgNode, request=OrgCreate,
+          status=201, action="org.create", target="path:{path}", summary="Make an organization, team or project"),
+    Route(method="DELETE", path="/orgs", handler=hp.remove_org, tag="people", response=OrgNode,
+          query=OrgPathQuery, action="org.remove", target="path:{path}",
+          summary="Remove an empty organization, team or project"),
+    Route(method="GET", path="/users", handler=hp.list_users, tag="people", response=UserList, query=UserQuery,
+          summary="List people"),
+    Route(method="POST", path="/users", handler=hp.create_user, tag="people", response=UserInfo,
+          request=UserCreate, status=201, action="users.create", target="user:{email}", summary="Add a person"),
+    Route(method="GET", path="/users/{user}", handler=hp.get_user, tag="people", response=UserDetail,
+          params=USER, summary="Show a person"),
+    Route(method="POST", path="/users/{user}/state", handler=hp.set_user_state, tag="people", response=UserInfo,
+          request=UserState, params=USER, action="users.state", target="user:{user}",
+          summary="Suspend, reinstate or approve a person"),
+    Route(method="POST", path="/users/{user}/role", handler=hp.set_user_role, tag="people", response=UserInfo,
+          request=UserRole, params=USER, action="users.role", target="user:{user}",
+          summary="Give a person a staff role"),
+    Route(method="POST", path="/users/{user}/memberships", handler=hp.add_membership, tag="people",
+          response=MembershipInfo, request=MemberAdd, params=USER, status=201, action="users.add-member",
+          target="user:{user}", summary="Make a person a member"),
+    Route(method="DELETE", path="/users/{user}/memberships", handler=hp.remove_membership, tag="people",
+          response=Done, query=MemberPathQuery, params=USER, action="users.remove-member", target="user:{user}",
+          summary="Take a person out of an organization, team or project"),
+    Route(method="GET", path="/keys", handler=hp.list_keys, tag="people", response=KeyList, query=KeyQuery,
+          summary="List keys"),
+    Route(method="POST", path="/keys", handler=hp.create_key, tag="people", response=IssuedKey,
+          request=KeyCreate, status=201, action="keys.create", target="key:new", summary="Issue a key"),
+    Route(method="POST", path="/keys/{key}/revoke", handler=hp.revoke_key, tag="people", response=KeyInfo,
+          params=APIKEY, action="keys.revoke", target="key:{key}", summary="Revoke a key"),
+    Route(method="POST", path="/keys/{key}/rotate", handler=hp.rotate_key, tag="people", response=RotatedKey,
+          request=KeyRotate, params=APIKEY, action="keys.rotate", target="key:{key}", summary="Rotate a key"),
+    Route(method="GET", path="/limits", handler=hp.get_limits, tag="people", response=LimitsInfo,
+          query=ScopeQuery, summary="Show the limits on a scope"),
+    Route(method="PUT", path="/limits", handler=hp.set_limits, tag="people", response=LimitsInfo,
+          request=LimitsSet, action="keys.limits", target="{scope}", summary="Change the limits on a scope"),
+    Route(method="DELETE", path="/limits", handler=hp.clear_limits, tag="people", response=LimitsInfo,
+          query=ScopeQuery, action="keys.limits-clear", target="{scope}", summary="Remove the limits on a scope"),
+    # ---- meta
+    Route(method="GET", path="/openapi.json", handler=ho.get_openapi, tag="meta", response=None,
+          summary="This API in OpenAPI 3.1"),
+)
+
+
+def register(app: web.Application, routes: tuple[Route, ...] = ROUTES) -> None:
+    """Serve every route of the table on `app`, and nothing else."""
+    app.router.add_routes([web.route(r.method, r.full_path, make_endpoint(r)) for r in routes])
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    return build_document(ROUTES, TAGS)
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ROUTES (built once per process)."""
+    return _document()
+
+
+def openapi_text() -> str:
+    """The document as committed in docs/admin-api.openapi.json: sorted keys, two spaces, a final newline."""
+    import json
+
+    return json.dumps(openapi_document(), indent=2, sort_keys=False, ensure_ascii=False) + "\n"

@@ -1,0 +1,526 @@
+"""The node agent: registers with a control plane, runs what it is told, reports what happens.
+
+    agent = Agent(load_agent_config("agent.yaml"))
+    why = await agent.run()          # until agent.stop(), or "restart" when the control plane asks
+
+At start it adopts the engines an earlier agent left running (their
+records are in the state directory), discovers the hardware and dials the
+control planes in turn. On each connection: `Register` (inventory, shards,
+engine versions, weights held), then heartbeats, a `ShardStatus` for every
+change of every shard, and answers to commands. Stopping the agent leaves
+every engine serving; the next agent takes them over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import ssl
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+
+from llmgw import __version__
+from llmgw.agent import discovery
+from llmgw.agent.engines import NodeEngines
+from llmgw.agent.llamacpp_output import describe_placement, gpu_placement_problem, read_llama_placement
+from llmgw.agent.procs import LogRing, read_last_lines
+from llmgw.agent.report import (
+    CpuMeter, busy_requests, engine_addresses, free_port, parse_port_range, wire_gpu_sensors, wire_inventory,
+)
+from llmgw.agent.supervisor import (
+    EXITED, FAILED, READY, STARTING, STOPPED, Shard, Supervisor, SupervisorError, valid_shard_id,
+    write_atomic,
+)
+from llmgw.agent.weights import WeightsError, WeightsFetcher
+from llmgw.config.agent import AgentConfig
+from llmgw.plugins.manager import Plugins, load_plugins
+from llmgw.plugins.types import LaunchSpec
+from llmgw.wire import messages as wire
+from llmgw.wire.channel import AgentConnection, ConnectionClosed, ControlPlaneSession
+
+__all__ = ["Agent", "RESTART", "STOPPED_RUN"]
+
+log = logging.getLogger("llmgw.agent")
+
+RESTART, STOPPED_RUN = "restart", "stopped"
+CONTROL_PLANES_FILE = "control_planes.json"
+LOG_CHUNK_LINES = 500
+LOG_CHUNK_BYTES = 1 << 20  # well under a frame's 16 MiB, however long the lines
+TAIL_LINES = 20  # the engine's last lines sent with failed and exited
+
+DiscoverFn = Callable[..., Awaitable[discovery.Inventory]]
+SensorsFn = Callable[..., Awaitable[discovery.Sensors]]
+
+
+class Agent:
+    """One node's agent. Engines outlive it; `run()` returns when it is stopped or asked to restart."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        plugins: Plugins | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        discover_fn: DiscoverFn | None = None,
+        sensors_fn: SensorsFn | None = None,
+        ping_interval: float | None = None,
+        pong_timeout: float | None = None,
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id or socket.gethostname().split(".")[0]
+        self.state_dir = Path(config.state_dir)
+        self.ports = parse_port_range(config.engine_ports)
+        self.engine_host = config.engine_host or "0.0.0.0"
+        self.start_timeout = config.engine_start_timeout.total_seconds()
+        if ssl_context is None and not config.insecure:
+            from llmgw.pki.tls import ssl_client_context
+
+            ssl_context = ssl_client_context(config.tls.cert, config.tls.key, config.tls.ca)
+        self._ssl = ssl_context
+        self._discover = discover_fn or discovery.discover
+        self._sensors = sensors_fn or discovery.sample_sensors
+        self._link_options = {k: v for k, v in (("ping_interval", ping_interval), ("pong_timeout", pong_timeout))
+                              if v is not None}
+        plugins = plugins or load_plugins()
+        self.engines = NodeEngines(plugins.engines(), config.engines_dir)
+        self.supervisor = Supervisor(self.state_dir, ring_size=config.log_ring_size, on_change=self._on_shard_change)
+        self.weights = WeightsFetcher(config.weights_dir, mirror_url=config.mirror)
+        self.connection: AgentConnection | None = None
+        self.inventory: discovery.Inventory | None = None
+        self._own_log = _RingHandler(config.log_ring_size)
+        self._session: ControlPlaneSession | None = None
+        self._outbox: asyncio.Queue[Any] | None = None
+        self._registered: dict[str, str] = {}  # shard -> the state the last Register carried
+        self._commands: dict[str, str] = {}  # shard -> the command its statuses answer
+        self._pending: dict[str, tuple[wire.StartShard, asyncio.Task, int]] = {}  # starts before their launch
+        self._tasks: set[asyncio.Task] = set()
+        self._cpu = CpuMeter()
+        self._next_port = self.ports.start
+        self._restart = False
+        self._stopping = False
+
+    # ------------------------------------------------------------------ life
+
+    async def run(self) -> str:
+        """Adopt, register, serve commands; returns "restart" or "stopped"."""
+        logging.getLogger("llmgw").addHandler(self._own_log)
+        try:
+            for d in (self.state_dir, Path(self.config.weights_dir), Path(self.config.engines_dir)):
+                d.mkdir(parents=True, exist_ok=True)
+            adopted = await self.supervisor.adopt(check_for=lambda s: self._ready_check(s.engine, s.gpus))
+            if adopted:
+                log.info("took over %d shard(s) from the agent before", len(adopted))
+            if self._stopping:  # stopped while adopting
+                return STOPPED_RUN
+            self.connection = AgentConnection(
+                self._control_plane_urls(), self._build_register, ssl_context=self._ssl,
+                on_control_planes=self._save_control_planes, **self._link_options,
+            )
+            await self.connection.run(self._on_session)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.supervisor.close()
+            await self.weights.close()
+            logging.getLogger("llmgw").removeHandler(self._own_log)
+        return RESTART if self._restart else STOPPED_RUN
+
+    async def stop(self, *, stop_engines: bool = False) -> None:
+        """End `run()`. Engines keep serving unless `stop_engines` (what `llmgw up` wants on Ctrl-C)."""
+        self._stopping = True
+        if stop_engines:
+            for _, task, _ in list(self._pending.values()):
+                task.cancel()
+            await self.supervisor.stop_all()
+            await self._drain_outbox()
+        if self.connection is not None:
+            await self.connection.stop()
+
+    # ------------------------------------------------------------------ the connection
+
+    async def _build_register(self) -> wire.Register:
+        try:
+            self.inventory = await self._discover(paths={"state": str(self.state_dir),
+                                                         "weights": self.config.weights_dir})
+        except Exception as exc:  # a failed rescan keeps the last inventory rather than no connection
+            log.error("hardware discovery failed: %s", exc)
+        shards = [_running(s) for s in self.supervisor.shards()]
+        shards += [wire.RunningShard(shard_id=m.shard_id, model=m.model, engine=m.engine, state=STARTING, port=port,
+                                     gpus=tuple(m.gpus)) for m, _, port in self._pending.values()]
+        self._registered = {s.shard_id: s.state for s in shards}
+        inv = self.inventory
+        return wire.Register(
+            node_id=self.node_id, agent_version=__version__, hostname=inv.hostname if inv else socket.gethostname(),
+            addresses=engine_addresses(self.engine_host, inv),
+            inventory=wire_inventory(inv) if inv else wire.Inventory(),
+            labels=dict(self.config.labels), engines=await self.engines.versions(), shards=tuple(shards),
+            weights=tuple(e.to_wire() for e in self.weights.present()),
+        )
+
+    async def _on_session(self, session: ControlPlaneSession) -> None:
+        outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._session, self._outbox = session, outbox
+        sender = asyncio.create_task(self._send_loop(session, outbox), name="agent-send")
+        beats = asyncio.create_task(self._heartbeats(session), name="agent-heartbeats")
+        # What changed between the Register and now was told to nobody: tell it now.
+        for shard in self.supervisor.shards():
+            if shard.state != self._registered.get(shard.shard_id):
+                self._on_shard_change(shard)
+            elif shard.terminal:
+                self.supervisor.forget(shard.shard_id)  # the Register told it
+        try:
+            async for msg in session:
+                self._dispatch(msg)
+        finally:
+            self._session = self._outbox = None
+            beats.cancel()
+            sender.cancel()
+            await asyncio.gather(beats, sender, return_exceptions=True)
+
+    async def _send_loop(self, session: ControlPlaneSession, outbox: asyncio.Queue[Any]) -> None:
+        while True:
+            msg = await outbox.get()
+            try:
+                await session.send(msg)
+            except ConnectionClosed:
+                return
+            finally:
+                outbox.task_done()
+            if isinstance(msg, wire.ShardStatus) and msg.state in (FAILED, STOPPED, EXITED):
+                shard = self.supervisor.get(msg.shard_id)
+                if shard is not None and shard.terminal:
+                    self.supervisor.forget(msg.shard_id)
+                    self._commands.pop(msg.shard_id, None)
+
+    async def _drain_outbox(self, timeout: float = 5.0) -> None:
+        if self._outbox is not None:
+            try:
+                await asyncio.wait_for(self._outbox.join(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    def _send(self, msg: Any) -> None:
+        """Queue a message for the control plane; without a connection it is dropped (Register says it all)."""
+        if self._outbox is not None:
+            self._outbox.put_nowait(msg)
+
+    async def _heartbeats(self, session: ControlPlaneSession) -> None:
+        interval = session.welcome.heartbeat_interval or self.config.heartbeat_interval.total_seconds()
+        seq = 0
+        while True:
+            await asyncio.sleep(interval)
+            seq += 1
+            try:
+                sensors = await self._sensors()
+            except Exception as exc:  # one failed reading must not end the heartbeats
+                log.warning("reading sensors failed: %s", exc)
+                sensors = None
+            summaries = []
+            for shard in self.supervisor.shards():
+                cpu, rss = self.supervisor.usage(shard)
+                summaries.append(wire.ShardSummary(shard_id=shard.shard_id, state=shard.state, cpu_percent=cpu,
+                                                   memory_bytes=rss))
+            self._send(wire.Heartbeat(
+                seq=seq,
+                load_1m=sensors.load_average[0] if sensors and sensors.load_average else None,
+                cpu_percent=self._cpu.percent(),
+                memory_available_bytes=sensors.memory_available_bytes if sensors else None,
+                gpus=wire_gpu_sensors(sensors) if sensors else (),
+                shards=tuple(summaries),
+            ))
+
+    def _dispatch(self, msg: Any) -> None:
+        handlers = {
+            wire.StartShard: self._start_shard, wire.StopShard: self._stop_shard, wire.DrainShard: self._drain_shard,
+            wire.RemoveWeights: self._remove_weights, wire.RequestLogs: self._send_logs, wire.Restart: self._restart_me,
+        }
+        handler = handlers.get(type(msg))
+        if handler is not None:
+            self._spawn(handler(msg), f"{msg.type} {getattr(msg, 'shard_id', '')}")
+        elif not isinstance(msg, (wire.ControlPlanes, wire.Welcome)):
+            log.warning("ignored a %s message", msg.type)
+
+    # ------------------------------------------------------------------ shards
+
+    def _on_shard_change(self, shard: Shard) -> None:
+        message = shard.message
+        if shard.state == READY and shard.engine == "llamacpp":
+            placement = read_llama_placement(shard.logs())
+            if placement is not None:
+                message = "; ".join(filter(None, (message, describe_placement(placement))))
+        tail = tuple(shard.logs(TAIL_LINES)) if shard.state in (FAILED, EXITED) else ()
+        self._send(wire.ShardStatus(
+            shard_id=shard.shard_id, state=shard.state, model=shard.model, port=shard.port, pid=shard.pid,
+            exit_code=shard.exit_code, message=message, log_tail=tail,
+            command_id=self._commands.get(shard.shard_id, ""),
+        ))
+
+    def _ready_check(self, engine: str, gpus: tuple[int, ...]) -> Callable[[list[str]], str | None] | None:
+        if engine == "llamacpp" and gpus:
+            return lambda lines: gpu_placement_problem(gpus, lines)
+        return None
+
+    async def _start_shard(self, msg: wire.StartShard) -> None:
+        sid, cid = msg.shard_id, msg.command_id
+        existing = self.supervisor.get(sid)
+        if sid in self._pending or (existing is not None and not existing.terminal):
+            state = existing.state if existing is not None else STARTING
+            self._send(wire.ShardStatus(shard_id=sid, state=state, model=msg.model, command_id=cid,
+                                        message="already on this node; not started twice"))
+            return
+        self._commands[sid] = cid
+        port = msg.port or self._take_port()
+        task = asyncio.current_task()
+        assert task is not None
+        self._pending[sid] = (msg, task, port or 0)
+        try:
+            prepared = await self._prepare(msg, port)
+        except asyncio.CancelledError:
+            self._pending.pop(sid, None)
+            self._send(wire.ShardStatus(shard_id=sid, state=STOPPED, model=msg.model, command_id=cid,
+                                        message="stopped before its engine was started"))
+            raise
+        except Exception as exc:  # _StartRefused says why in words; anything else is a bug, said as it is
+            self._pending.pop(sid, None)
+            reason = str(exc) if isinstance(exc, _StartRefused) else f"could not start it: {type(exc).__name__}: {exc}"
+            if not isinstance(exc, _StartRefused):
+                log.exception("starting shard %s failed", sid)
+            self._refuse_start(msg, reason, port or 0)
+            return
+        self._pending.pop(sid, None)
+        plan, weights_path, port = prepared
+        try:
+            shard = await self.supervisor.start(
+                sid, plan, port=port, api_key=msg.api_key, host=self.engine_host, model=msg.model, engine=msg.engine,
+                gpus=msg.gpus, weights=weights_path, start_timeout=self.start_timeout,
+                check_ready=self._ready_check(msg.engine, tuple(msg.gpus)),
+                meta={"engine_version": msg.engine_version}, cwd=self.state_dir,
+            )
+        except SupervisorError as exc:
+            self._refuse_start(msg, str(exc), port)
+            return
+        self._result(cid, shard.state == READY, "" if shard.state == READY else shard.message)
+
+    def _refuse_start(self, msg: wire.StartShard, reason: str, port: int) -> None:
+        log.error("shard %s not started: %s", msg.shard_id, reason)
+        self._send(wire.ShardStatus(shard_id=msg.shard_id, state=FAILED, model=msg.model, port=port, message=reason,
+                                    command_id=msg.command_id))
+        self._result(msg.command_id, False, reason)
+
+    async def _prepare(self, msg: wire.StartShard, port: int | None) -> tuple[Any, str, int]:
+        """Check, fetch and plan: (launch plan, weights path, port), or _StartRefused saying why."""
+        engine = self.engines.get(msg.engine)
+        if engine is None:
+            have = ", ".join(sorted(self.engines.engines)) or "none"
+            raise _StartRefused(f"no engine {msg.engine!r} on this node (it has: {have})")
+        problems = engine.validate(list(msg.args), dict(msg.env))
+        if problems:
+            raise _StartRefused(f"{msg.engine}: " + "; ".join(problems))
+        if msg.gpus and "gpu" not in engine.devices:
+            raise _StartRefused(f"{msg.engine} runs on CPUs only, but the shard was given GPU {list(msg.gpus)}")
+        if not msg.gpus and "cpu" not in engine.devices:
+            raise _StartRefused(f"{msg.engine} needs GPUs, and the shard was given none")
+        have_gpus = {g.index for g in self.inventory.gpus} if self.inventory else set()
+        missing = sorted(set(msg.gpus) - have_gpus)
+        if missing:
+            raise _StartRefused(f"GPU {missing} is not on this node (it has {sorted(have_gpus) or 'no GPUs'})")
+        if not msg.api_key:
+            why = "api_key_ref is not something this agent can resolve" if msg.api_key_ref else "it has no api_key"
+            raise _StartRefused(f"{why}: every engine demands the key the router presents; send api_key")
+        if not port:
+            raise _StartRefused(f"no free port left in engine_ports {self.config.engine_ports}")
+        weights_path = ""
+        if msg.weights is not None and msg.weights.source:
+            try:
+                path = await self.weights.ensure(msg.weights.source, sha256=msg.weights.sha256,
+                                                 size=msg.weights.size_bytes, model=msg.model, progress=self._send)
+            except WeightsError as exc:
+                raise _StartRefused(f"weights: {exc}") from None
+            weights_path = str(path)
+        spec = LaunchSpec(
+            model=msg.model, weights=weights_path, host=self.engine_host, port=port, api_key=msg.api_key,
+            gpus=tuple(msg.gpus), args=tuple(msg.args), env=dict(msg.env), cores=msg.cores,
+            context_length=msg.context_length, binary=self.engines.binary(msg.engine),
+        )
+        try:
+            plan = engine.plan(spec)
+        except Exception as exc:  # a plugin that cannot plan this spec
+            raise _StartRefused(f"{msg.engine} could not plan the launch: {exc}") from exc
+        if any(msg.api_key in arg for arg in plan.argv):
+            raise _StartRefused(f"the {msg.engine} plugin put the engine's key on its command line, which every "
+                                "user of the node can read; refused (it belongs in the environment)")
+        return plan, weights_path, port
+
+    def _take_port(self) -> int | None:
+        taken = self.supervisor.ports() | {p for _, _, p in self._pending.values()}
+        port = free_port(self.ports, taken, self.engine_host, start=self._next_port)
+        if port is not None:
+            self._next_port = port + 1 if port + 1 in self.ports else self.ports.start
+        return port
+
+    async def _stop_shard(self, msg: wire.StopShard) -> None:
+        sid = msg.shard_id
+        pending = self._pending.get(sid)
+        if pending is not None:
+            self._commands[sid] = msg.command_id
+            pending[1].cancel()
+        elif self.supervisor.get(sid) is not None:
+            self._commands[sid] = msg.command_id
+            await self.supervisor.stop(sid, grace=msg.grace_seconds)
+        else:
+            self._send(wire.ShardStatus(shard_id=sid, state=STOPPED, command_id=msg.command_id,
+                                        message="no such shard on this node"))
+        self._result(msg.command_id, True)
+
+    async def _drain_shard(self, msg: wire.DrainShard) -> None:
+        """Wait until the engine has no request running or waiting (or the grace is over), then stop it."""
+        shard = self.supervisor.get(msg.shard_id)
+        if shard is None or shard.terminal:
+            self._result(msg.command_id, True)
+            return
+        self._commands[msg.shard_id] = msg.command_id
+        engine = self.engines.get(shard.engine)
+        deadline = asyncio.get_running_loop().time() + msg.grace_seconds
+        if engine is not None and shard.plan.metrics_path and shard.state == READY:
+            url = f"http://{_loopback(shard.host)}:{shard.port}{shard.plan.metrics_path}"
+            headers = {"Authorization": f"Bearer {shard.api_key}"}
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+                while asyncio.get_running_loop().time() < deadline and not shard.terminal:
+                    busy = None
+                    try:
+                        async with http.get(url, headers=headers) as response:
+                            if response.status == 200:
+                                busy = busy_requests(await response.text(), engine.metrics)
+                    except (aiohttp.ClientError, asyncio.TimeoutError):
+                        pass
+                    if busy == 0:
+                        break
+                    await asyncio.sleep(1.0)
+        else:
+            await asyncio.sleep(max(0.0, min(msg.grace_seconds, 5.0)))
+        await self.supervisor.stop(msg.shard_id, grace=30.0, reason="drained")
+        self._result(msg.command_id, True)
+
+    # ------------------------------------------------------------------ other commands
+
+    async def _remove_weights(self, msg: wire.RemoveWeights) -> None:
+        try:
+            removed = await self.weights.remove(model=msg.model, source=msg.source, sha256=msg.sha256,
+                                                in_use=self.supervisor.in_use())
+        except WeightsError as exc:
+            log.warning("weights not removed: %s", exc)
+            self._result(msg.command_id, False, str(exc))
+            return
+        log.info("removed weights of %s: %s", msg.model or msg.source, ", ".join(removed) or "nothing on disk")
+        self._result(msg.command_id, True)
+
+    async def _send_logs(self, msg: wire.RequestLogs) -> None:
+        n = max(1, min(msg.lines, 100_000))
+        if not msg.shard_id:
+            lines = self._own_log.ring.last(n)
+        elif (shard := self.supervisor.get(msg.shard_id)) is not None:
+            lines = shard.logs(n)
+            if len(lines) < n:  # more than the ring holds: the file has it
+                lines = read_last_lines(shard.log_path, n)
+        elif valid_shard_id(msg.shard_id) and (path := self.supervisor.logs_dir / f"{msg.shard_id}.log").is_file():
+            lines = read_last_lines(path, n)
+        else:
+            lines = [f"no shard {msg.shard_id} on this node, and no log of one"]
+        chunks = _chunks(lines)
+        for i, chunk in enumerate(chunks):
+            self._send(wire.LogChunk(request_id=msg.request_id, lines=tuple(chunk), last=i == len(chunks) - 1))
+
+    async def _restart_me(self, msg: wire.Restart) -> None:
+        log.info("restarting, as the control plane asks%s; the engines keep serving",
+                 f" ({msg.reason})" if msg.reason else "")
+        self._result(msg.command_id, True)
+        await self._drain_outbox(2.0)
+        self._restart = True
+        if self.connection is not None:
+            await self.connection.stop()
+
+    def _result(self, command_id: str, ok: bool, error: str = "") -> None:
+        if command_id:
+            self._send(wire.CommandResult(command_id=command_id, ok=ok, error=error))
+
+    # ------------------------------------------------------------------ control planes
+
+    def _control_plane_urls(self) -> list[str]:
+        """The list the control plane gave last (kept on disk), then any in agent.yaml it lacks."""
+        saved: list[str] = []
+        try:
+            data = json.loads((self.state_dir / CONTROL_PLANES_FILE).read_text())
+            saved = [str(a) for a in data.get("addresses", [])]
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass
+        return list(dict.fromkeys([*saved, *self.config.control_planes]))
+
+    def _save_control_planes(self, urls: tuple[str, ...]) -> None:
+        body = json.dumps({"addresses": list(urls)}, indent=1).encode()
+        try:
+            write_atomic(self.state_dir / CONTROL_PLANES_FILE, body)
+        except OSError as exc:
+            log.error("could not keep the list of control planes: %s", exc)
+        log.info("control planes are now %s", ", ".join(urls))
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task:
+        task = asyncio.create_task(_logged(coro, name), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+
+class _StartRefused(Exception):
+    """A shard that cannot be started here; the message goes to the control plane."""
+
+
+class _RingHandler(logging.Handler):
+    """The agent's own log lines, kept for RequestLogs with an empty shard id."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(logging.INFO)
+        self.ring = LogRing(size)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.ring.extend(self.format(record).splitlines() or [""])
+        except Exception:  # logging must never raise
+            self.handleError(record)
+
+
+def _chunks(lines: list[str]) -> list[list[str]]:
+    """Lines in chunks of at most LOG_CHUNK_LINES lines and LOG_CHUNK_BYTES bytes (one frame each); at least one."""
+    out: list[list[str]] = [[]]
+    size = 0
+    for line in lines:
+        line = line[:LOG_CHUNK_BYTES // 2]
+        if out[-1] and (len(out[-1]) >= LOG_CHUNK_LINES or size + len(line) > LOG_CHUNK_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(line)
+        size += len(line) + 8
+    return out
+
+
+def _running(shard: Shard) -> wire.RunningShard:
+    return wire.RunningShard(shard_id=shard.shard_id, model=shard.model, engine=shard.engine, state=shard.state,
+                             port=shard.port, pid=shard.pid, gpus=tuple(shard.gpus))
+
+
+def _loopback(host: str) -> str:
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+
+
+async def _logged(coro: Any, name: str) -> None:
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("%s failed", name)

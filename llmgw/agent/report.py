@@ -1,0 +1,141 @@
+"""What the agent tells the control plane, built from what it reads: inventory, sensors, load.
+
+Discovery's classes carry more than the wire does; these functions choose
+and convert (MiB to bytes, health reasons to one sentence). Also here: the
+node's CPU use between two heartbeats, an engine's busy count from its
+Prometheus metrics (for draining), and the engine port range.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Any, Iterable, Mapping
+
+from llmgw.agent import discovery
+from llmgw.wire import messages as wire
+
+__all__ = ["wire_inventory", "wire_gpu_sensors", "CpuMeter", "busy_requests", "parse_port_range", "free_port",
+           "engine_addresses"]
+
+MIB = 1024 * 1024
+
+
+def wire_inventory(inv: discovery.Inventory) -> wire.Inventory:
+    cpu = wire.CpuInfo(cores=inv.cpu.usable_cores, model=inv.cpu.model) if inv.cpu else wire.CpuInfo()
+    disks = tuple(
+        wire.DiskFree(path=d.path, free_bytes=d.free_bytes or 0, total_bytes=d.total_bytes or 0) for d in inv.disks
+    )
+    gpus = []
+    for g in inv.gpus:
+        gpus.append(wire.GpuInfo(
+            index=g.index, uuid=g.uuid, name=g.name, gpu_class=g.gpu_class,
+            memory_total_bytes=g.memory_total_mib * MIB, memory_used_bytes=(g.memory_used_mib or 0) * MIB,
+            health=g.health, problem="; ".join(g.health_reasons), temperature_c=g.temperature_c,
+            power_w=g.power_draw_w, utilisation_percent=g.utilization_gpu_pct,
+            mig=tuple(wire.MigInstance(
+                uuid=m.uuid, profile=m.profile, device=m.device, gpu_instance=m.gpu_instance_id or 0,
+                compute_instance=m.compute_instance_id or 0, memory_total_bytes=m.memory_total_mib * MIB,
+            ) for m in g.mig_instances),
+        ))
+    return wire.Inventory(
+        cpu=cpu,
+        memory_total_bytes=inv.memory.total_bytes if inv.memory else 0,
+        memory_available_bytes=inv.memory.available_bytes if inv.memory else 0,
+        disks=disks,
+        gpus=tuple(gpus),
+    )
+
+
+def wire_gpu_sensors(sensors: discovery.Sensors) -> tuple[wire.GpuSensor, ...]:
+    return tuple(
+        wire.GpuSensor(
+            index=g.index, temperature_c=g.temperature_c, power_w=g.power_draw_w, power_limit_w=g.power_limit_w,
+            utilisation_percent=g.utilization_gpu_pct,
+            memory_used_bytes=g.memory_used_mib * MIB if g.memory_used_mib is not None else None,
+            throttle=tuple(g.throttle_reasons), ecc_uncorrected=g.ecc_uncorrected_volatile, health=g.health,
+        )
+        for g in sensors.gpus
+    )
+
+
+class CpuMeter:
+    """The whole node's CPU use since the last reading, from /proc/stat."""
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self._path = f"{proc}/stat"
+        self._last: tuple[int, int] | None = None
+
+    def percent(self) -> float | None:
+        try:
+            with open(self._path) as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        total = sum(fields[:8])
+        last, self._last = self._last, (idle, total)
+        if last is None or total <= last[1]:
+            return None
+        return round(100.0 * (1 - (idle - last[0]) / (total - last[1])), 1)
+
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
+
+
+def busy_requests(metrics_text: str, meanings: Mapping[str, str]) -> float | None:
+    """Requests an engine is running or holding, from its metrics; None when none of its metrics is there."""
+    wanted = {name for name, meaning in meanings.items() if meaning in ("running", "waiting")}
+    total, seen = 0.0, False
+    for line in metrics_text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) in wanted:
+            try:
+                total += float(m.group(3))
+            except ValueError:
+                continue
+            seen = True
+    return total if seen else None
+
+
+def parse_port_range(text: str) -> range:
+    """`20000-20999` as a range; ValueError in words otherwise."""
+    m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text or "")
+    if not m:
+        raise ValueError(f"engine_ports: expected FIRST-LAST like 20000-20999, got {text!r}")
+    first, last = int(m.group(1)), int(m.group(2))
+    if not (1024 <= first <= last <= 65535):
+        raise ValueError(f"engine_ports: {text!r} must lie within 1024-65535, first before last")
+    return range(first, last + 1)
+
+
+def free_port(ports: range, taken: Iterable[int], host: str, *, start: int | None = None) -> int | None:
+    """The first port of the range, from `start` round, that no shard has and nothing listens on."""
+    taken = set(taken)
+    span = list(ports)
+    if start is not None and start in ports:
+        i = span.index(start)
+        span = span[i:] + span[:i]
+    bind_host = host if host not in ("", "::") else "0.0.0.0"
+    for port in span:
+        if port in taken:
+            continue
+        family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            # A port an engine left in TIME_WAIT is free for the next one, which sets SO_REUSEADDR too.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((bind_host, port))
+            except OSError:
+                continue
+        return port
+    return None
+
+
+def engine_addresses(engine_host: str, inv: discovery.Inventory | None) -> tuple[str, ...]:
+    """Where the router reaches this node's engines: the one address they listen on, or every one the node has."""
+    if engine_host not in ("", "0.0.0.0", "::"):
+        return (engine_host,)
+    found: list[Any] = list(inv.addresses) if inv is not None else []
+    out = tuple(a.address for a in found if getattr(a, "address", None))
+    return out or ("127.0.0.1",)

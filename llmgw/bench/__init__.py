@@ -1,0 +1,9 @@
+"""`llmgw bench`: measure llmgw against what a user would use instead.
+
+- `gateway` (llmgw.bench.gateway): requests/s and added latency through
+  `llmgw server`, beside the engine alone and, when installed, LiteLLM.
+- `routing` (llmgw.bench.routing): prefix-cache hits, time to first token
+  and throughput under llmgw's replica choice and under baselines.
+
+docs/performance.md says how to run them and what they measured.
+"""

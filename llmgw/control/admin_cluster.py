@@ -1,0 +1,261 @@
+"""The control plane as the admin API's `Cluster` (llmgw/admin/cluster_api.py).
+
+`AdminCluster(slot)` answers the admin API's cluster endpoints from the
+control plane the server runs (found through its `ControlPlaneSlot`, so the
+admin app can be built before the control plane starts). It translates: our
+dictionaries into the admin API's attrs types, our refusals into its
+exceptions (unknown → 404, a bad definition → 400, a clash → 409, a standby
+or a control plane not started → 503). The admin API writes the audit events,
+so every change here is made with `audit=False`.
+
+On a standby, the catalog (kept in the store) may still be read and changed;
+what needs the leader's memory (nodes, replicas, placement) answers 503
+naming the leader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from llmgw.admin.cluster_api import (
+    ClusterConflict,
+    ClusterInvalid,
+    ClusterNotFound,
+    ClusterUnavailable,
+)
+from llmgw.admin.cluster_types import (
+    ClusterStatus,
+    GpuInfo,
+    Leadership,
+    ModelDetail,
+    ModelInfo,
+    NodeInfo,
+    PlacementDecision,
+    PlacementExplanation,
+    ReplicaInfo,
+    RestartResult,
+    ScaleChange,
+    ScalingInfo,
+)
+from llmgw.admin.fields import UNSET
+from llmgw.control.catalog import CatalogError, UnknownModel, model_to_spec
+from llmgw.control.service import ControlPlane, ControlPlaneSlot
+
+
+def _replica(info: Mapping[str, Any]) -> ReplicaInfo:
+    return ReplicaInfo(
+        id=info["id"], model=info["model"], node=info["node"], profile=info["profile"], engine=info["engine"],
+        state=info["state"], gpus=list(info["gpus"]), memory_bytes=info["memory_bytes"], cores=info["cores"],
+        port=info["port"], for_s=info["for_s"], replaces=info["replaces"],
+        stopping_because=info["stopping_because"], message=info["message"],
+    )
+
+
+def _node(info: Mapping[str, Any]) -> NodeInfo:
+    return NodeInfo(
+        id=info["id"], state=info["state"], hostname=info["hostname"], address=info["address"],
+        labels=dict(info["labels"]), engines=dict(info["engines"]), cores=info["cores"],
+        memory_total_bytes=info["memory_total_bytes"], memory_available_bytes=info["memory_available_bytes"],
+        gpus=[GpuInfo(index=g["index"], gpu_class=g["class"], name=g["name"], health=g["health"],
+                      memory_total_bytes=g["memory_total_bytes"]) for g in info["gpus"]],
+        weights=list(info["weights"]), agent_version=info["agent_version"], cordoned=info["cordoned"],
+        cordon_reason=info["cordon_reason"], draining=info["draining"], silent_s=info["silent_s"],
+        disconnect_reason=info["disconnect_reason"], replicas=list(info.get("replicas", [])),
+    )
+
+
+def _decision(info: Mapping[str, Any] | None) -> PlacementDecision | None:
+    if info is None:
+        return None
+    import datetime as dt
+
+    at = dt.datetime.fromisoformat(info["at"]) if info.get("at") else None
+    return PlacementDecision(at=at, placed_on=info["placed_on"], gpus=list(info["gpus"]),
+                             preempts=list(info["preempts"]), why=info["why"], summary=info["summary"],
+                             rejections=list(info["rejections"]))
+
+
+def _model_info(explained: Mapping[str, Any]) -> ModelInfo:
+    s = explained["scaling"]
+    return ModelInfo(
+        name=explained["model"], origin=explained["origin"], model_class=explained["class"],
+        owner=explained["owner"], status=explained["status"], reason=explained["reason"],
+        ready=explained["ready"], wanted=explained["wanted"],
+        scaling=ScalingInfo(min=s["min"], max=s["max"], on_demand=s["on_demand"], idle_timeout=s["idle_timeout"]),
+        problems=list(explained["problems"]),
+    )
+
+
+class AdminCluster:
+    """Implements `llmgw.admin.cluster_api.Cluster` over the server's control plane."""
+
+    def __init__(self, slot: ControlPlaneSlot) -> None:
+        self.slot = slot
+
+    # -- finding the control plane ---------------------------------------------
+
+    def _plane(self) -> ControlPlane:
+        plane = self.slot.plane
+        if plane is None or plane.reconciler is None:
+            raise ClusterUnavailable(self.slot.disabled_reason or "the control plane is not running yet")
+        return plane
+
+    def _leader(self) -> ControlPlane:
+        plane = self._plane()
+        if not plane.leading:
+            leader = plane.leadership.leader
+            raise ClusterUnavailable(
+                f"this control plane is a standby; ask the leader, {leader}" if leader
+                else "this control plane is a standby, and no control plane leads yet")
+        return plane
+
+    def _explain(self, plane: ControlPlane, name: str) -> dict[str, Any]:
+        try:
+            return plane.explain(name)
+        except KeyError:
+            raise ClusterNotFound(f"no model called {name!r} is in the catalog") from None
+
+    def _node_info(self, plane: ControlPlane, node_id: str) -> NodeInfo:
+        for info in plane.nodes():
+            if info["id"] == node_id:
+                return _node(info)
+        raise ClusterNotFound(f"no node called {node_id!r} is known to the leader")
+
+    def _need_node(self, plane: ControlPlane, node_id: str) -> None:
+        if plane.inventory.get(node_id) is None:
+            raise ClusterNotFound(f"no node called {node_id!r} is known to the leader")
+
+    # -- the whole ----------------------------------------------------------------
+
+    async def status(self) -> ClusterStatus:
+        plane = self._plane()
+        info = plane.leadership.describe()
+        return ClusterStatus(leadership=Leadership(leading=info["leader"], self_name=info["self"],
+                                                   holder=info["holder"], epoch=info["epoch"]))
+
+    # -- nodes ----------------------------------------------------------------------
+
+    async def nodes(self) -> list[NodeInfo]:
+        return [_node(info) for info in self._leader().nodes()]
+
+    async def cordon(self, node_id: str, *, reason: str, actor: str) -> NodeInfo:
+        plane = self._leader()
+        self._need_node(plane, node_id)
+        await plane.cordon(node_id, reason, actor=actor, audit=False)
+        return self._node_info(plane, node_id)
+
+    async def uncordon(self, node_id: str, *, actor: str) -> NodeInfo:
+        plane = self._leader()
+        self._need_node(plane, node_id)
+        await plane.uncordon(node_id, actor=actor, audit=False)
+        return self._node_info(plane, node_id)
+
+    async def drain(self, node_id: str, *, reason: str, actor: str) -> NodeInfo:
+        plane = self._leader()
+        self._need_node(plane, node_id)
+        await plane.drain(node_id, reason, actor=actor, audit=False)
+        return self._node_info(plane, node_id)
+
+    async def remove_node(self, node_id: str, *, actor: str) -> NodeInfo:
+        plane = self._leader()
+        info = self._node_info(plane, node_id)
+        try:
+            await plane.remove_node(node_id, actor=actor, audit=False)
+        except ValueError as exc:
+            raise ClusterConflict(str(exc)) from None
+        return info
+
+    async def set_labels(self, node_id: str, labels: Mapping[str, str | None], *, actor: str) -> NodeInfo:
+        plane = self._leader()
+        self._need_node(plane, node_id)
+        await plane.set_labels(node_id, labels, actor=actor, audit=False)
+        return self._node_info(plane, node_id)
+
+    # -- models -----------------------------------------------------------------------
+
+    async def models(self) -> list[ModelInfo]:
+        plane = self._plane()
+        await plane.catalog.load()
+        return [_model_info(self._explain(plane, m.name)) for m in plane.catalog.models()]
+
+    async def model(self, name: str) -> ModelDetail:
+        plane = self._plane()
+        await plane.catalog.load()
+        explained = self._explain(plane, name)
+        cm = plane.catalog.get(name)
+        return ModelDetail(model=_model_info(explained), spec=model_to_spec(cm.config),
+                           replicas=[_replica(r) for r in explained["replicas"]])
+
+    async def add_model(self, spec: Mapping[str, Any], *, replace: bool, actor: str) -> ModelDetail:
+        plane = self._plane()
+        try:
+            added = await plane.add_model(spec, actor=actor, replace=replace, audit=False)
+        except CatalogError as exc:
+            raise self._refusal(exc) from None
+        return await self.model(added.name)
+
+    async def remove_model(self, name: str, *, actor: str) -> ModelDetail:
+        plane = self._plane()
+        before = await self.model(name)
+        try:
+            await plane.remove_model(name, actor=actor, audit=False)
+        except UnknownModel as exc:
+            raise ClusterNotFound(str(exc)) from None
+        except CatalogError as exc:
+            raise self._refusal(exc) from None
+        return before
+
+    async def scale_model(self, name: str, change: ScaleChange, *, actor: str) -> ModelDetail:
+        plane = self._plane()
+        changes = {key: getattr(change, key) for key in ("min", "max", "on_demand", "idle_timeout")
+                   if getattr(change, key) is not UNSET}
+        try:
+            scaled = await plane.scale_model(name, actor=actor, audit=False, **changes)
+        except UnknownModel as exc:
+            raise ClusterNotFound(str(exc)) from None
+        except CatalogError as exc:
+            raise self._refusal(exc) from None
+        except ValueError as exc:  # an idle_timeout that is not a duration
+            raise ClusterInvalid(f"idle_timeout: {exc}", [f"idle_timeout: {exc}"]) from None
+        return await self.model(scaled.name)
+
+    async def restart_model(self, name: str, *, in_place: bool, actor: str) -> RestartResult:
+        plane = self._leader()
+        try:
+            replica_ids = await plane.restart_model(name, in_place=in_place, actor=actor, audit=False)
+        except KeyError:
+            raise ClusterNotFound(f"no model called {name!r} is in the catalog") from None
+        return RestartResult(model=plane.catalog.get(name).name, replicas=replica_ids)
+
+    async def explain_placement(self, name: str) -> PlacementExplanation:
+        plane = self._plane()
+        e = self._explain(plane, name)
+        return PlacementExplanation(
+            model=_model_info(e), replicas=[_replica(r) for r in e["replicas"]], failures=e["failures"],
+            retry_in_s=e["retry_in_s"], parked=e["parked"], last_error=e["last_error"], log_tail=e["log_tail"],
+            last_placement=_decision(e["last_placement"]), drain_blocked=_decision(e["drain_blocked"]),
+            next_placement=_decision(e["next_placement"]),
+        )
+
+    async def retry_model(self, name: str, *, actor: str) -> ModelDetail:
+        """Start a parked model again (not in the Cluster protocol yet: the console's "Try again")."""
+        plane = self._leader()
+        if plane.catalog.get(name) is None:
+            raise ClusterNotFound(f"no model called {name!r} is in the catalog")
+        await plane.retry(name, actor=actor, audit=False)
+        return await self.model(name)
+
+    # -- replicas ------------------------------------------------------------------------
+
+    async def replicas(self) -> list[ReplicaInfo]:
+        return [_replica(r) for r in self._leader().replicas_info()]
+
+    @staticmethod
+    def _refusal(exc: CatalogError) -> Exception:
+        if exc.conflict:
+            return ClusterConflict(str(exc))
+        return ClusterInvalid(str(exc), exc.problems)
+
+
+__all__ = ["AdminCluster"]

@@ -1,0 +1,285 @@
+"""The inventory: every node the leader knows, as its agent last reported it.
+
+Built only from what agents say (Register, Heartbeat, WeightsProgress), so a
+control plane that takes over rebuilds it from the registrations that follow.
+Besides the hardware it holds what the operator decided about a node
+(cordoned, draining) and when the node was last heard from: a node silent
+for longer than the heartbeat window is *lost*, and the reconciler places its
+replicas again.
+
+A node whose agent disconnects is not lost at once: its engines keep serving
+(an agent restart leaves them running), so it is given the heartbeat window
+to come back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+from llmgw.wire.messages import (
+    GpuInfo,
+    GpuSensor,
+    Heartbeat,
+    Register,
+    RunningShard,
+    WeightsPresent,
+    WeightsProgress,
+)
+
+Clock = Callable[[], float]
+
+
+@attrs.define(eq=False)
+class Node:
+    """One node: its hardware and engines, its state, and when it was last heard from."""
+
+    id: str
+    hostname: str = ""
+    addresses: tuple[str, ...] = ()
+    peer_host: str = ""  #: the address its agent connected from
+    labels: dict[str, str] = attrs.Factory(dict)  #: the agent's, with the operator's on top
+    agent_labels: dict[str, str] = attrs.Factory(dict)  #: as agent.yaml gives them
+    engines: dict[str, str] = attrs.Factory(dict)  #: engine name -> installed version
+    gpus: tuple[GpuInfo, ...] = ()
+    cores: int = 0
+    memory_total: int = 0
+    memory_available: int = 0
+    weights: dict[str, WeightsPresent] = attrs.Factory(dict)  #: by model
+    shards: tuple[RunningShard, ...] = ()  #: as the last Register listed them
+    agent_version: str = ""
+    protocol: int = 0
+    sensors: dict[int, GpuSensor] = attrs.Factory(dict)
+    connected: bool = False
+    lost: bool = False
+    registered_at: float = 0.0
+    last_heard: float = 0.0
+    disconnect_reason: str = ""
+    cordoned: bool = False
+    cordon_reason: str = ""
+    draining: bool = False
+
+    @property
+    def address(self) -> str:
+        """Where the router reaches this node's engines: its first address, else where it connected from."""
+        for candidate in (*self.addresses, self.peer_host, self.hostname):
+            if candidate:
+                return candidate
+        return self.id
+
+    def holds_weights(self, model: str, source: str = "") -> bool:
+        present = self.weights.get(model)
+        if present is not None:
+            return True
+        return bool(source) and any(w.source == source for w in self.weights.values())
+
+    def silent_for(self, now: float) -> float:
+        return max(0.0, now - self.last_heard)
+
+    def state(self) -> str:
+        """ready, cordoned, draining, disconnected or lost."""
+        if self.lost:
+            return "lost"
+        if not self.connected:
+            return "disconnected"
+        if self.draining:
+            return "draining"
+        if self.cordoned:
+            return "cordoned"
+        return "ready"
+
+    def describe(self, now: float | None = None) -> dict[str, Any]:
+        now = time.monotonic() if now is None else now
+        return {
+            "id": self.id, "state": self.state(), "hostname": self.hostname, "address": self.address,
+            "labels": dict(self.labels), "engines": dict(self.engines), "cores": self.cores,
+            "memory_total_bytes": self.memory_total, "memory_available_bytes": self.memory_available,
+            "gpus": [
+                {"index": g.index, "class": g.gpu_class, "name": g.name, "health": g.health,
+                 "memory_total_bytes": g.memory_total_bytes}
+                for g in self.gpus
+            ],
+            "weights": sorted(self.weights), "agent_version": self.agent_version,
+            "cordoned": self.cordoned, "cordon_reason": self.cordon_reason, "draining": self.draining,
+            "silent_s": round(self.silent_for(now), 1),
+            "disconnect_reason": self.disconnect_reason,
+        }
+
+
+class Inventory:
+    """Nodes by id. Used from the event loop only."""
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self.clock = clock
+        self._nodes: dict[str, Node] = {}
+        #: cordons by node id, kept apart so they survive re-registration and may precede it
+        self._cordons: dict[str, str] = {}
+        #: labels an operator set, by node id: they win over the agent's own
+        self._labels: dict[str, dict[str, str]] = {}
+
+    # -- reading ------------------------------------------------------------
+
+    def get(self, node_id: str) -> Node | None:
+        return self._nodes.get(node_id)
+
+    def nodes(self) -> list[Node]:
+        return [self._nodes[n] for n in sorted(self._nodes)]
+
+    def __iter__(self):
+        return iter(self.nodes())
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    @property
+    def cordons(self) -> dict[str, str]:
+        """Cordoned node ids with the reason, including nodes not connected yet."""
+        return dict(self._cordons)
+
+    # -- what agents say -----------------------------------------------------------
+
+    def register(self, reg: Register, *, peer_host: str = "") -> Node:
+        """A node (re)connected: everything about it is replaced by what it says now."""
+        now = self.clock()
+        old = self._nodes.get(reg.node_id)
+        inv = reg.inventory
+        node = Node(
+            id=reg.node_id,
+            hostname=reg.hostname,
+            addresses=tuple(a for a in reg.addresses if a),
+            peer_host=peer_host,
+            labels={**reg.labels, **self._labels.get(reg.node_id, {})},
+            agent_labels=dict(reg.labels),
+            engines=dict(reg.engines),
+            gpus=tuple(inv.gpus),
+            cores=inv.cpu.cores,
+            memory_total=inv.memory_total_bytes,
+            memory_available=inv.memory_available_bytes,
+            weights={w.model: w for w in reg.weights},
+            shards=tuple(reg.shards),
+            agent_version=reg.agent_version,
+            protocol=reg.protocol,
+            connected=True,
+            registered_at=now,
+            last_heard=now,
+            cordoned=reg.node_id in self._cordons,
+            cordon_reason=self._cordons.get(reg.node_id, ""),
+            draining=old.draining if old is not None else False,
+        )
+        self._nodes[node.id] = node
+        return node
+
+    def heard(self, node_id: str) -> Node | None:
+        """Any message counts as a sign of life."""
+        node = self._nodes.get(node_id)
+        if node is not None and node.connected:
+            node.last_heard = self.clock()
+        return node
+
+    def heartbeat(self, node_id: str, hb: Heartbeat) -> Node | None:
+        node = self.heard(node_id)
+        if node is None:
+            return None
+        if hb.memory_available_bytes is not None:
+            node.memory_available = hb.memory_available_bytes
+        for sensor in hb.gpus:
+            node.sensors[sensor.index] = sensor
+        if any(s.health != "ok" for s in hb.gpus):
+            health = {s.index: s.health for s in hb.gpus}
+            node.gpus = tuple(attrs.evolve(g, health=health.get(g.index, g.health)) for g in node.gpus)
+        return node
+
+    def weights_progress(self, node_id: str, progress: WeightsProgress) -> None:
+        node = self.heard(node_id)
+        if node is not None and progress.state == "ready":
+            node.weights[progress.model] = WeightsPresent(
+                model=progress.model, source=progress.source, size_bytes=progress.total_bytes,
+            )
+
+    def disconnected(self, node_id: str, reason: str = "") -> Node | None:
+        """The agent's connection ended; the node has the heartbeat window to come back."""
+        node = self._nodes.get(node_id)
+        if node is not None:
+            node.connected = False
+            node.disconnect_reason = reason
+        return node
+
+    def expire(self, window: float) -> list[Node]:
+        """Nodes silent for longer than `window` seconds, newly marked lost."""
+        now = self.clock()
+        lost = []
+        for node in self._nodes.values():
+            if not node.lost and node.silent_for(now) > window:
+                node.lost = True
+                node.connected = False
+                lost.append(node)
+        return lost
+
+    def forget(self, node_id: str) -> Node | None:
+        """Remove a node from the inventory (it is removed from the cluster)."""
+        return self._nodes.pop(node_id, None)
+
+    # -- what the operator decides ------------------------------------------------
+
+    def cordon(self, node_id: str, reason: str = "") -> None:
+        """Place nothing new on the node; what runs there stays."""
+        self._cordons[node_id] = reason or "cordoned by an operator"
+        node = self._nodes.get(node_id)
+        if node is not None:
+            node.cordoned, node.cordon_reason = True, self._cordons[node_id]
+
+    def uncordon(self, node_id: str) -> None:
+        """Undo cordon (and stop a drain: what has moved stays moved)."""
+        self._cordons.pop(node_id, None)
+        node = self._nodes.get(node_id)
+        if node is not None:
+            node.cordoned, node.cordon_reason, node.draining = False, "", False
+
+    def drain(self, node_id: str, reason: str = "") -> Node:
+        """Cordon the node and mark it draining: its replicas move elsewhere, one at a time."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            raise KeyError(node_id)
+        self.cordon(node_id, reason or "draining")
+        node.draining = True
+        return node
+
+    @property
+    def label_overrides(self) -> dict[str, dict[str, str]]:
+        return {node: dict(labels) for node, labels in self._labels.items() if labels}
+
+    def set_labels(self, node_id: str, labels: dict[str, str | None]) -> None:
+        """Set labels on a node (None takes the operator's value off, back to the agent's), before or after it joins."""
+        mine = self._labels.setdefault(node_id, {})
+        for key, value in labels.items():
+            if value is None:
+                mine.pop(key, None)
+            else:
+                mine[key] = value
+        node = self._nodes.get(node_id)
+        if node is not None:
+            node.labels = {**node.agent_labels, **mine}
+
+    def set_label_overrides(self, overrides: dict[str, dict[str, str]]) -> None:
+        """Replace every operator's label (read back from the store after a take-over)."""
+        self._labels = {node: dict(labels) for node, labels in overrides.items()}
+        for node in self._nodes.values():
+            node.labels = {**node.agent_labels, **self._labels.get(node.id, {})}
+
+    def set_cordons(self, cordons: dict[str, str]) -> None:
+        """Replace every cordon (read back from the store after a take-over)."""
+        self._cordons = dict(cordons)
+        for node in self._nodes.values():
+            node.cordoned = node.id in self._cordons
+            node.cordon_reason = self._cordons.get(node.id, "")
+
+    def clear(self) -> None:
+        """Forget every node (this control plane stopped leading); cordons are kept."""
+        self._nodes.clear()
+
+
+def describe_nodes(nodes: Iterable[Node], now: float | None = None) -> list[dict[str, Any]]:
+    return [n.describe(now) for n in nodes]

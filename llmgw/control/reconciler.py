@@ -1,0 +1,504 @@
+"""The reconciler: makes what runs on the nodes match what the catalog wants.
+
+Every `reconcile_interval`, and at once after anything worth acting on (an
+agent registering, a shard changing state, a node going, a request for a
+model that has no replica, an operator's cordon or drain), one pass:
+
+1. re-reads the run-time catalog from the store;
+2. marks nodes silent past the heartbeat window lost, forgetting their
+   replicas (so they are placed again);
+3. gives up on starts that never became ready, and on stops never confirmed;
+4. stops replicas of models that left the catalog;
+5. per model: how many replicas it wants (min, max, on-demand, idle, load),
+   then places the missing ones (placement.py), or stops the extra ones; a
+   replica on a draining node gets a replacement, and stops once that is ready;
+6. sends the StartShard and StopShard messages this decided.
+
+A start that fails backs the model off (backoff.initial, doubling up to
+backoff.max); after `park_after` failures in a row the model is parked: left
+stopped, with the reason in `explain`, until `retry(model)`.
+
+Only ready replicas are in the router's replica set: each is added when its
+shard reports ready and removed when it stops, fails, is drained, or its
+node is lost. A node whose agent merely disconnected keeps its replicas in the
+set for the heartbeat window: its engines keep serving through an agent
+restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from llmgw.config.server import ControlConfig
+from llmgw.control.agent_events import CRASH_WINDOW, AgentEvents
+from llmgw.control.catalog import Catalog, CatalogModel
+from llmgw.control.engine_keys import EngineKeys
+from llmgw.control.inventory import Inventory, Node
+from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, place
+from llmgw.control.state import (
+    ModelState,
+    ModelUnavailable,
+    ReplicaRecord,
+    new_replica_id,
+)
+from llmgw.obs import logs
+from llmgw.plugins.types import Engine
+from llmgw.router.replicas import ReplicaSet
+from llmgw.wire.messages import (
+    StartShard,
+    StopShard,
+    WeightsSource,
+)
+
+log = logs.get("llmgw.control.reconciler")
+
+
+
+class NodeUnreachable(Exception):
+    """A message could not be sent: the node's agent is not connected."""
+
+
+class AgentLink(Protocol):
+    """How the reconciler reaches agents (the agent endpoint's sessions, or a test's fake)."""
+
+    async def send(self, node_id: str, message: Any) -> None:
+        """Send one message; NodeUnreachable when the node has no session."""
+
+
+class Reconciler(AgentEvents):
+    def __init__(
+        self,
+        control: ControlConfig,
+        catalog: Catalog,
+        inventory: Inventory,
+        link: AgentLink,
+        replicas: ReplicaSet,
+        keys: EngineKeys,
+        *,
+        engines: Mapping[str, Engine] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        start_timeout: float = 900.0,
+        stop_grace: float = 30.0,
+    ) -> None:
+        self.control = control
+        self.catalog = catalog
+        self.inventory = inventory
+        self.link = link
+        self.replicas = replicas
+        self.keys = keys
+        self.engines = engines
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+        self.records: dict[str, ReplicaRecord] = {}
+        self.models: dict[str, ModelState] = {}
+        self.active = True  #: false on a control plane that does not lead: nothing is started
+        self.inactive_reason = ""
+        #: no new replica is placed before this (monotonic): after a take-over, agents register first
+        self.hold_starts_until = 0.0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._pass_lock = asyncio.Lock()
+
+    # ---------------------------------------------------------------- running
+
+    def kick(self) -> None:
+        """Run a pass soon rather than at the next interval."""
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self.run(), name="llmgw-reconciler")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def run(self) -> None:
+        interval = self.control.reconcile_interval.total_seconds()
+        while True:
+            try:
+                await self.reconcile_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconciler pass failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            await asyncio.sleep(0)  # let a burst of events settle into one pass
+
+    async def reconcile_once(self) -> None:
+        async with self._pass_lock:
+            if self.catalog.store is not None:
+                try:
+                    await self.catalog.load()
+                except Exception as exc:  # noqa: BLE001 - the store is down: carry on with what is known
+                    log.warning("catalog not re-read: %s", exc)
+            self._expire_nodes()
+            self._expire_stuck()
+            known = {m.name for m in self.catalog.cluster_models()}
+            for rec in list(self.records.values()):
+                if rec.model not in known and not rec.retiring:
+                    self._retire(rec, "its model is not in the catalog any more")
+            # Critical models first: what a preemption frees goes to the model it was made for.
+            for model in sorted(self.catalog.cluster_models(),
+                                key=lambda m: (-CLASS_RANK.get(m.model_class, 1), m.name)):
+                self._plan(model)
+            await self._send()
+            self._settle_waiters()
+
+    # ---------------------------------------------------------------- operators' and the router's asks
+
+    def touch(self, model: str) -> None:
+        """A request for `model` arrived (keeps an on-demand model from idling out)."""
+        cm = self.catalog.get(model)
+        if cm is not None:
+            self._state(cm.name).last_request = self.clock()
+
+    async def ensure_started(self, model: str, timeout: float | None = None) -> None:
+        """Return once `model` has a ready replica, starting one if none runs (an on-demand model's
+        first request). ModelUnavailable says why when it cannot be; TimeoutError after `timeout`."""
+        cm = self.catalog.get(model)
+        if cm is None or not cm.runs_on_cluster:
+            raise ModelUnavailable(f"no model called {model!r} runs on this cluster")
+        if cm.problems:
+            raise ModelUnavailable(f"{cm.name} cannot run: {'; '.join(cm.problems)}")
+        if self.replicas.replicas_for(cm.name) and any(
+            r.live and r.state == "ready" for r in self.records.values() if r.model == cm.name
+        ):
+            return
+        if not self.active:
+            raise ModelUnavailable(self.inactive_reason or "this control plane does not start models")
+        st = self._state(cm.name)
+        st.last_request = self.clock()
+        if st.parked:
+            raise ModelUnavailable(st.park_reason)
+        if cm.scaling.max == 0:
+            raise ModelUnavailable(f"{cm.name} is scaled to a maximum of 0 replicas")
+        fut = asyncio.get_running_loop().create_future()
+        st.waiters.append(fut)
+        self.kick()
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        finally:
+            if fut in st.waiters and not fut.done():
+                fut.cancel()
+                st.waiters.remove(fut)
+
+    def retry(self, model: str) -> None:
+        """Unpark a model and forget its failures: it is started again at the next pass."""
+        cm = self.catalog.get(model)
+        if cm is None:
+            raise ModelUnavailable(f"no model called {model!r} is in the catalog")
+        st = self._state(cm.name)
+        st.parked, st.park_reason = False, ""
+        st.reset_failures()
+        logs.event(log, "model retried", model=cm.name)
+        self.kick()
+
+    def cordon(self, node_id: str, reason: str = "") -> None:
+        self.inventory.cordon(node_id, reason)
+        self.kick()
+
+    def uncordon(self, node_id: str) -> None:
+        self.inventory.uncordon(node_id)
+        self.kick()
+
+    def drain(self, node_id: str, reason: str = "") -> None:
+        """Move every replica off the node, each replacement ready before its original stops."""
+        self.inventory.drain(node_id, reason)
+        logs.event(log, "node draining", node_id=node_id)
+        self.kick()
+
+    def restart(self, model: str, *, in_place: bool = False) -> list[str]:
+        """Restart every replica of `model`, one at a time: a replacement first (or, `in_place`, a stop
+        and a new start). Returns the ids being restarted; KeyError for a model not in the catalog."""
+        cm = self.catalog.get(model)
+        if cm is None:
+            raise KeyError(model)
+        st = self._state(cm.name)
+        live = sorted((r for r in self.records.values() if r.model == cm.name and r.live), key=lambda r: r.created)
+        st.restarting, st.restart_in_place = [r.id for r in live], in_place
+        logs.event(log, "model restarting", model=cm.name, replicas=len(live), in_place=in_place)
+        self.kick()
+        return list(st.restarting)
+
+    def remove_node(self, node_id: str) -> Node:
+        """Forget a node with nothing on it. KeyError when unknown; ValueError while replicas run there."""
+        node = self.inventory.get(node_id)
+        if node is None:
+            raise KeyError(node_id)
+        on_it = sorted(r.id for r in self.records.values() if r.node == node_id)
+        if on_it:
+            raise ValueError(f"{node_id} still runs {len(on_it)} replica{'s' if len(on_it) != 1 else ''}"
+                             f" ({', '.join(on_it)}); drain it first")
+        self.inventory.forget(node_id)
+        self.inventory.uncordon(node_id)
+        return node
+
+    def reset(self, reason: str) -> None:
+        """Forget every node and replica (leadership lost): nothing here is known to be true any more."""
+        for rec in list(self.records.values()):
+            self.replicas.remove(rec.id)
+        self.records.clear()
+        for st in self.models.values():
+            st.wake_waiters(ModelUnavailable(reason))
+        self.models.clear()
+        self.inventory.clear()
+
+    # ---------------------------------------------------------------- one pass
+
+    def _expire_nodes(self) -> None:
+        window = self.control.heartbeat_window.total_seconds()
+        for node in self.inventory.expire(window):
+            logs.event(log, "node lost", logging.WARNING, node_id=node.id, silent_s=round(window, 1))
+            for rec in [r for r in self.records.values() if r.node == node.id]:
+                self._drop(rec, f"its node {node.id} was lost")
+                if not rec.retiring:
+                    self._state(rec.model).last_error = f"{node.id} lost: replica {rec.id} will be placed again"
+
+    def _expire_stuck(self) -> None:
+        now = self.clock()
+        for rec in list(self.records.values()):
+            if rec.retiring and rec.stop_sent_at is not None and now - rec.stop_sent_at > self.stop_grace + 30:
+                self._drop(rec, "stop never confirmed")
+            elif not rec.retiring and rec.state == "starting" and now - rec.since > self.start_timeout:
+                self._retire(rec, "did not become ready in time")
+                self._failed_start(self._state(rec.model), rec,
+                                   f"not ready after {self.start_timeout:g} s ({rec.message or 'no progress'})")
+
+    def _plan(self, model: CatalogModel) -> None:
+        st = self._state(model.name)
+        now = self.clock()
+        mine = [r for r in self.records.values() if r.model == model.name and r.live]
+        pending = [r for r in mine if r.replaces and self._serving(r.replaces)]
+        counted = [r for r in mine if r not in pending]
+        want = st.wanted = self._want(model, st, counted, now)
+
+        if len(counted) > want:
+            self._shrink(model, counted, len(counted) - want, now)
+            return
+        missing = want - len(counted)
+        if missing and not st.parked and now >= max(st.next_try, self.hold_starts_until) and not st.preempting:
+            for _ in range(missing):
+                decision = self._decide(model)
+                st.decision, st.decision_at = decision, self.wall_clock()
+                if decision.placement is None:
+                    if decision.summary() != st.logged:  # said once, not every pass
+                        logs.event(log, "model not placed", logging.WARNING, model=model.name,
+                                   why=decision.summary())
+                    st.logged = decision.summary()
+                    break
+                st.logged = ""
+                if decision.placement.preempts:
+                    for rid in decision.placement.preempts:
+                        victim = self.records.get(rid)
+                        if victim is not None:
+                            self._retire(victim, f"preempted for the critical model {model.name}")
+                            st.preempting.add(rid)
+                    break
+                self._launch(model, decision.placement)
+        self._drain_step(model, st, mine, pending)
+
+    def _drain_step(self, model: CatalogModel, st: ModelState, mine: list, pending: list) -> None:
+        """Moves, one at a time: a replacement for each replica on a draining node (the original stops
+        once it is ready), then the restarts asked for."""
+        st.drain_blocked = None
+        if st.parked or self.clock() < st.next_try:
+            return
+        busy_nodes = {self.records[r.replaces].node for r in pending if r.replaces in self.records}
+        for rec in mine:
+            node = self.inventory.get(rec.node)
+            if node is None or not node.draining or rec in pending or rec.node in busy_nodes:
+                continue
+            if any(r.replaces == rec.id for r in pending):
+                continue
+            decision = self._decide(model, avoid={rec.node}, preempt=False)
+            if decision.placement is None:
+                st.drain_blocked = decision
+                continue
+            pending.append(self._launch(model, decision.placement, replaces=rec.id))
+            busy_nodes.add(rec.node)
+        st.restarting = [rid for rid in st.restarting if self._serving(rid)]
+        if not st.restarting or pending or any(r.state == "starting" for r in mine):
+            return
+        old = self.records[st.restarting[0]]
+        if st.restart_in_place:
+            st.restarting.pop(0)
+            self._retire(old, "restarted in place")  # the next pass starts its successor
+            return
+        decision = self._decide(model, preempt=False)
+        if decision.placement is None:
+            st.drain_blocked = decision
+            return
+        st.restarting.pop(0)
+        self._launch(model, decision.placement, replaces=old.id)
+
+    def _serving(self, replica_id: str) -> bool:
+        rec = self.records.get(replica_id)
+        return rec is not None and rec.live
+
+    def wanted_now(self, model: CatalogModel) -> int:
+        """How many replicas `model` wants at this moment (what the next pass aims for)."""
+        st = self.models.get(model.name) or ModelState(model.name)
+        live = [r for r in self.records.values() if r.model == model.name and r.live]
+        pending = [r for r in live if r.replaces and self._serving(r.replaces)]
+        return self._want(model, st, [r for r in live if r not in pending], self.clock())
+
+    def _want(self, model: CatalogModel, st: ModelState, live: list[ReplicaRecord], now: float) -> int:
+        scaling = model.scaling
+        if scaling.max <= 0:
+            return 0
+        idle = scaling.idle_timeout.total_seconds()
+        base = scaling.min
+        if st.waiters:  # a request waits for its first replica
+            base = max(base, 1)
+        elif scaling.on_demand:
+            recent = st.last_request and now - st.last_request <= idle
+            used = any(now - self._last_used(r, now) <= idle for r in live)
+            if recent or used:
+                base = max(base, 1)
+        busy = sum(1 for r in live if now - self._last_used(r, now) <= idle)
+        want = max(base, busy)
+        if self._saturated(live) and len(live) < scaling.max:
+            want = max(want, len(live) + 1)
+        return min(want, scaling.max)
+
+    def _last_used(self, rec: ReplicaRecord, now: float) -> float:
+        if rec.state != "ready":
+            return now  # a replica still starting was wanted a moment ago
+        used = rec.ready_at or rec.created
+        replica = self.replicas.get(rec.id)
+        if replica is not None:
+            if replica.in_flight > 0:
+                return now
+            used = max(used, replica.last_chosen)
+        return used
+
+    def _saturated(self, live: list[ReplicaRecord]) -> bool:
+        """Every replica is ready and full (its concurrency used up, or the engine queueing)."""
+        if not live or any(r.state != "ready" for r in live):
+            return False
+        for rec in live:
+            replica = self.replicas.get(rec.id)
+            if replica is None or (replica.has_room() and replica.load.waiting <= 0):
+                return False
+        return True
+
+    def _shrink(self, model: CatalogModel, live: list[ReplicaRecord], extra: int, now: float) -> None:
+        def order(rec: ReplicaRecord) -> tuple:
+            node = self.inventory.get(rec.node)
+            return (0 if node is not None and node.draining else 1, 0 if rec.state == "starting" else 1,
+                    self._last_used(rec, now))
+
+        idle = model.scaling.idle_timeout.total_seconds()
+        for rec in sorted(live, key=order)[:extra]:
+            quiet = now - self._last_used(rec, now)
+            why = (f"idle for {quiet:.0f} s" if quiet > idle and rec.state == "ready"
+                   else f"more replicas than wanted ({len(live)} of {len(live) - extra})")
+            self._retire(rec, why)
+
+    def _decide(self, model: CatalogModel, *, avoid: set[str] = frozenset(), preempt: bool = True) -> Decision:
+        return place(model.config, self.inventory.nodes(), self._holdings(), engines=self.engines,
+                     avoid=avoid, preempt=preempt)
+
+    def _holdings(self) -> list[Holding]:
+        counts: dict[str, int] = {}
+        for rec in self.records.values():
+            if rec.live:
+                counts[rec.model] = counts.get(rec.model, 0) + 1
+        out = []
+        for rec in self.records.values():
+            cm = self.catalog.get(rec.model)
+            minimum = cm.scaling.min if cm is not None else 0
+            out.append(Holding(
+                replica_id=rec.id, model=rec.model, node=rec.node, gpus=rec.gpus, memory=rec.memory,
+                cores=rec.cores, model_class=cm.model_class if cm is not None else "opportunistic",
+                spare=counts.get(rec.model, 0) > minimum, started=rec.created,
+            ))
+        return out
+
+    def _launch(self, model: CatalogModel, placement: Placement, *, replaces: str | None = None) -> ReplicaRecord:
+        now = self.clock()
+        rec = ReplicaRecord(
+            id=new_replica_id(model.name), model=model.name, node=placement.node, profile=placement.profile.name,
+            engine=placement.engine, gpus=placement.gpus, memory=placement.memory, cores=placement.cores,
+            created=now, since=now, replaces=replaces,
+        )
+        self.records[rec.id] = rec
+        logs.event(log, "placing replica", replica_id=rec.id, model=model.name, node_id=rec.node,
+                   gpus=list(rec.gpus), why=placement.why, replaces=replaces)
+        return rec
+
+    async def _send(self) -> None:
+        for rec in list(self.records.values()):
+            if rec.retiring and rec.stop_sent_at is None:
+                node = self.inventory.get(rec.node)
+                if node is None or not node.connected:
+                    continue  # sent when it registers again, or dropped when it is lost
+                try:
+                    await self.link.send(rec.node, StopShard(shard_id=rec.id, grace_seconds=self.stop_grace,
+                                                             command_id=f"stop:{rec.id}"))
+                except NodeUnreachable:
+                    continue
+                rec.stop_sent_at, rec.state = self.clock(), "stopping"
+            elif not rec.retiring and rec.state == "starting" and not rec.start_sent:
+                try:
+                    await self.link.send(rec.node, self._start_message(rec))
+                except NodeUnreachable as exc:
+                    self._drop(rec, f"could not reach {rec.node}: {exc}")
+                    self._state(rec.model).last_error = f"{rec.node}: unreachable when starting {rec.id}"
+                    continue
+                rec.start_sent = True
+
+    def _start_message(self, rec: ReplicaRecord) -> StartShard:
+        cm = self.catalog.get(rec.model)
+        assert cm is not None
+        profile = next((p for p in cm.config.profiles if p.name == rec.profile), cm.config.profiles[0])
+        node = self.inventory.get(rec.node)
+        return StartShard(
+            shard_id=rec.id, model=cm.name, engine=rec.engine,
+            engine_version=node.engines.get(rec.engine, "") if node is not None else "",
+            weights=WeightsSource(source=cm.config.source) if cm.config.source else None,
+            args=tuple(profile.args), env=dict(profile.env), gpus=rec.gpus,
+            # Port 0: the agent picks one from its engine_ports and says which in ShardStatus.
+            cores=profile.cores or None, memory_bytes=int(profile.memory) or None, port=0,
+            api_key=self.keys.key_for(rec.id), command_id=f"start:{rec.id}",
+        )
+
+    def _settle_waiters(self) -> None:
+        """Tell a waiting first request at once when its model cannot be started now."""
+        for name, st in self.models.items():
+            if not st.waiters:
+                continue
+            starting = any(r.model == name and r.live for r in self.records.values())
+            if st.parked:
+                st.wake_waiters(ModelUnavailable(st.park_reason))
+            elif not starting and not st.preempting and st.decision is not None and not st.decision.placed \
+                    and self.clock() >= st.next_try:
+                st.wake_waiters(ModelUnavailable(f"{name}: {st.decision.summary()}"))
+
+    # ---------------------------------------------------------------- helpers
+
+    def _state(self, model: str) -> ModelState:
+        st = self.models.get(model)
+        if st is None:
+            st = self.models[model] = ModelState(model)
+        return st
+
+
+__all__ = ["CRASH_WINDOW", "AgentLink", "ModelUnavailable", "NodeUnreachable", "Reconciler"]

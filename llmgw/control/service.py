@@ -1,0 +1,509 @@
+"""The control plane as one object: agent endpoint, leadership, inventory, catalog, reconciler.
+
+`ControlPlane(config, store, replicas)` is what `llmgw server` runs beside the
+gateway: `start()` serves the agent port and campaigns for the lease; while
+it leads it accepts agents and reconciles, otherwise it holds an agent's
+registration a few seconds (in case leadership comes) and then refuses it
+with the leader's name, so the agent dials the next control plane. `stop()`
+gives the lease up at once so a standby takes over without waiting for it
+to lapse.
+
+`install_control_plane(app, config, replicas)` runs it inside the gateway's
+aiohttp application (after the store is open, before it closes) and adds
+`GET /leader`. Everything an admin API needs is a method here: `explain`,
+`nodes`, `replicas_info`, `cordon`, `uncordon`, `drain`, `retry`, and the
+catalog's `add_model`, `remove_model`, `scale_model`; the router calls
+`ensure_started(model)` when a model has no replica.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import socket
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.config.server import ServerConfig
+from llmgw.config.validate import split_address
+from llmgw.control.catalog import Catalog, CatalogModel
+from llmgw.control.engine_keys import load_engine_keys
+from llmgw.control.explain import explain, explain_text
+from llmgw.control.inventory import Inventory
+from llmgw.control.leader import Leadership, default_holder
+from llmgw.control.reconciler import NodeUnreachable, Reconciler
+from llmgw.control.state import ModelUnavailable
+from llmgw.obs import logs
+from llmgw.pki.certs import PkiError
+from llmgw.plugins.types import Engine
+from llmgw.router.replicas import ReplicaSet
+from llmgw.store import Store
+from llmgw.wire.channel import AgentEndpoint, AgentSession, ConnectionClosed, Peer
+from llmgw.wire.messages import ControlPlanes, Refused, Register
+
+log = logs.get("llmgw.control")
+
+ACTOR = "control-plane"
+CORDONS_SETTING = "control.cordons"
+LABELS_SETTING = "control.labels"
+MEMBERS_PREFIX = "control.members."
+#: How long a standby holds an agent's registration waiting to lead, below the agent's 10 s welcome timeout.
+STANDBY_HOLD = 7.0
+HEARTBEAT_INTERVAL = 5.0
+
+
+class EndpointLink:
+    """Sends to agents through the endpoint's sessions."""
+
+    def __init__(self, endpoint: AgentEndpoint) -> None:
+        self.endpoint = endpoint
+
+    async def send(self, node_id: str, message: Any) -> None:
+        session = self.endpoint.sessions.get(node_id)
+        if session is None:
+            raise NodeUnreachable(f"{node_id} has no agent connected")
+        try:
+            await session.send(message)
+        except ConnectionClosed as exc:
+            raise NodeUnreachable(f"{node_id}'s connection closed: {exc}") from None
+
+
+def _peer_host(peer: Peer) -> str:
+    host = peer.address.rpartition(":")[0]
+    return host.strip("[]")
+
+
+def advertised_address(agent_listen: str) -> str:
+    """Where agents reach this control plane's agent port: the listen address, or this host's name."""
+    host, port = split_address(agent_listen)
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _member_key(holder: str) -> str:
+    return MEMBERS_PREFIX + (re.sub(r"[^a-z0-9_-]+", "-", holder.lower()).strip("-")[:80] or "unnamed")
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        config: ServerConfig,
+        store: Store,
+        replicas: ReplicaSet,
+        *,
+        engines: Mapping[str, Engine] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        advertise: str | None = None,
+        holder: str | None = None,
+        standby_hold: float = STANDBY_HOLD,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.replicas = replicas
+        if engines is None:
+            from llmgw.plugins.manager import load_plugins
+
+            engines = load_plugins().engines()
+        self.engines = engines
+        self.advertise = advertise or advertised_address(config.agent_listen)
+        self.holder = holder or default_holder(self.advertise)
+        self.standby_hold = standby_hold
+        self.inventory = Inventory()
+        self.catalog = Catalog(config.models, store, engines, on_change=self._catalog_changed)
+        if ssl_context is None and not config.agent_insecure:
+            from llmgw import pki
+
+            tls = config.agent_tls
+            ssl_context = pki.ssl_server_context(tls.cert, tls.key, tls.ca)
+        self.endpoint = AgentEndpoint(
+            self._on_session, ssl_context=ssl_context, insecure=ssl_context is None,
+            on_register=self._admit, heartbeat_interval=heartbeat_interval,
+        )
+        self.leadership = Leadership(store, self.holder, config.control.lease_ttl.total_seconds(),
+                                     on_change=self._leadership_changed)
+        self.reconciler: Reconciler | None = None
+        self.agent_port = 0
+        self._started = False
+
+    # ---------------------------------------------------------------- life
+
+    async def start(self) -> None:
+        keys = await load_engine_keys(self.store, actor=ACTOR)
+        await self.catalog.load()
+        self.reconciler = Reconciler(
+            self.config.control, self.catalog, self.inventory, EndpointLink(self.endpoint), self.replicas, keys,
+            engines=self.engines,
+        )
+        self.reconciler.active = False
+        self.reconciler.inactive_reason = "this control plane is a standby"
+        host, port = split_address(self.config.agent_listen)
+        self.agent_port = await self.endpoint.start(host or "0.0.0.0", port)
+        try:
+            await self.store.set_setting(_member_key(self.holder), {
+                "holder": self.holder, "agent_address": self.advertise,
+            }, actor=ACTOR)
+        except Exception as exc:  # noqa: BLE001 - optional: only ControlPlanes messages need it
+            log.warning("could not record this control plane among the members: %s", exc)
+        self.leadership.start()
+        self._started = True
+        logs.event(log, "control plane started", agent_port=self.agent_port, holder=self.holder,
+                   tls=self.endpoint.ssl_context is not None)
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        await self.leadership.stop(release=True)
+        if self.reconciler is not None:
+            await self.reconciler.stop()
+        await self.endpoint.stop()
+        try:
+            await self.store.unset_setting(_member_key(self.holder), actor=ACTOR)
+        except Exception as exc:  # noqa: BLE001 - stopping goes on whatever the store says
+            log.warning("could not remove this control plane from the members: %s", exc)
+        logs.event(log, "control plane stopped", holder=self.holder)
+
+    @property
+    def leading(self) -> bool:
+        return self.leadership.leading
+
+    async def _leadership_changed(self, leading: bool) -> None:
+        rec = self.reconciler
+        if rec is None:
+            return
+        if leading:
+            self.endpoint.epoch = self.leadership.epoch
+            try:
+                cordons = await self.store.get_setting(CORDONS_SETTING)
+                if cordons is not None and isinstance(cordons.value, dict):
+                    self.inventory.set_cordons({str(k): str(v) for k, v in cordons.value.items()})
+                labels = await self.store.get_setting(LABELS_SETTING)
+                if labels is not None and isinstance(labels.value, dict):
+                    self.inventory.set_label_overrides({
+                        str(node): {str(k): str(v) for k, v in values.items()}
+                        for node, values in labels.value.items() if isinstance(values, dict)
+                    })
+            except Exception as exc:  # noqa: BLE001 - leading matters more than cordons and labels
+                log.warning("cordons and labels not read back: %s", exc)
+            rec.active = True
+            rec.inactive_reason = ""
+            previous = self.leadership.previous_holder
+            if previous is not None and previous != self.holder:
+                # A take-over: give the agents a moment to register again before
+                # placing anything, or replicas still running would be doubled.
+                rec.hold_starts_until = rec.clock() + 2 * self.endpoint.heartbeat_interval
+            rec.start()
+            await self._send_control_planes()
+        else:
+            rec.active = False
+            leader = self.leadership.leader
+            rec.inactive_reason = f"this control plane is a standby; the leader is {leader or 'not known'}"
+            await rec.stop()
+            rec.reset(rec.inactive_reason)
+            for session in list(self.endpoint.sessions.values()):
+                await session.close("this control plane no longer leads")
+
+    def _catalog_changed(self) -> None:
+        if self.reconciler is not None:
+            self.reconciler.kick()
+
+    # ---------------------------------------------------------------- agents
+
+    async def _admit(self, reg: Register, peer: Peer) -> Refused | None:
+        if self.leading or await self.leadership.wait_leading(self.standby_hold):
+            return None
+        leader = self.leadership.leader
+        return Refused(reason=(f"this control plane is a standby; the leader is {leader}" if leader
+                               else "this control plane is a standby and no control plane leads yet; try again"))
+
+    async def _on_session(self, session: AgentSession) -> None:
+        rec = self.reconciler
+        if rec is None or not self.leading:
+            await session.close("this control plane no longer leads")
+            return
+        node_id = session.node_id
+        rec.node_registered(session.register, peer_host=_peer_host(session.peer))
+        await self._send_control_planes(session)
+        try:
+            async for message in session:
+                if rec.active:
+                    rec.handle(node_id, message)
+        finally:
+            current = self.endpoint.sessions.get(node_id)
+            if rec.active and (current is None or current is session):
+                rec.node_disconnected(node_id, session.close_reason or "")
+
+    async def control_planes(self) -> list[str]:
+        """Every control plane's agent address, as recorded in the store."""
+        settings = await self.store.get_settings()
+        out = []
+        for key, setting in settings.items():
+            if key.startswith(MEMBERS_PREFIX) and isinstance(setting.value, dict):
+                address = setting.value.get("agent_address")
+                if isinstance(address, str) and address and address not in out:
+                    out.append(address)
+        return sorted(out)
+
+    async def _send_control_planes(self, session: AgentSession | None = None) -> None:
+        """Tell agents every control plane; only with two or more, so one plane never narrows an agent's own list."""
+        try:
+            addresses = await self.control_planes()
+        except Exception as exc:  # noqa: BLE001 - the list is a convenience; the agent keeps its own
+            log.warning("control planes not listed: %s", exc)
+            return
+        if len(addresses) < 2:
+            return
+        message = ControlPlanes(addresses=tuple(addresses), epoch=self.leadership.epoch)
+        if session is None:
+            await self.endpoint.broadcast(message)
+            return
+        try:
+            await session.send(message)
+        except ConnectionClosed:
+            pass
+
+    # ---------------------------------------------------------------- for the router
+
+    async def ensure_started(self, model: str, timeout: float | None = None) -> None:
+        """Wait until `model` has a ready replica, starting one when none runs. ModelUnavailable says why not."""
+        if self.reconciler is None:
+            raise ModelUnavailable("the control plane is not running")
+        if not self.leading:
+            leader = self.leadership.leader
+            raise ModelUnavailable(f"this control plane is a standby; the leader is {leader or 'not known yet'}")
+        await self.reconciler.ensure_started(model, timeout)
+
+    def touch(self, model: str) -> None:
+        if self.reconciler is not None:
+            self.reconciler.touch(model)
+
+    def knows(self, model: str) -> bool:
+        """Whether the catalog has this model (or alias), running or not."""
+        return model in self.catalog
+
+    # ---------------------------------------------------------------- for the admin API
+
+    def _rec(self) -> Reconciler:
+        if self.reconciler is None:
+            raise ModelUnavailable("the control plane is not running")
+        return self.reconciler
+
+    def explain(self, model: str) -> dict[str, Any]:
+        """KeyError when the model is not in the catalog."""
+        return explain(self._rec(), model)
+
+    def explain_text(self, model: str) -> str:
+        return explain_text(self.explain(model))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        rec = self._rec()
+        now = rec.clock()
+        out = []
+        for node in self.inventory.nodes():
+            info = node.describe(now)
+            info["replicas"] = sorted(r.id for r in rec.records.values() if r.node == node.id)
+            out.append(info)
+        return out
+
+    def replicas_info(self) -> list[dict[str, Any]]:
+        rec = self._rec()
+        now = rec.clock()
+        return [r.describe(now) for r in sorted(rec.records.values(), key=lambda r: (r.model, r.created))]
+
+    def status(self) -> dict[str, Any]:
+        rec = self._rec()
+        return {
+            "leadership": self.leadership.describe(),
+            "nodes": len(self.inventory),
+            "replicas": len(rec.records),
+            "models": {m.name: explain(rec, m.name)["status"] for m in self.catalog.models()},
+        }
+
+    # Each change below writes an audit event unless `audit` is False: the admin API records its own.
+
+    async def cordon(self, node_id: str, reason: str = "", *, actor: str, audit: bool = True) -> None:
+        self._rec().cordon(node_id, reason)
+        await self._save_nodes(actor, "nodes.cordon", node_id, {"reason": reason}, audit)
+
+    async def uncordon(self, node_id: str, *, actor: str, audit: bool = True) -> None:
+        self._rec().uncordon(node_id)
+        await self._save_nodes(actor, "nodes.uncordon", node_id, None, audit)
+
+    async def drain(self, node_id: str, reason: str = "", *, actor: str, audit: bool = True) -> None:
+        """KeyError when the node is not connected to this (leading) control plane."""
+        self._rec().drain(node_id, reason)
+        await self._save_nodes(actor, "nodes.drain", node_id, {"reason": reason}, audit)
+
+    async def set_labels(self, node_id: str, labels: Mapping[str, str | None], *, actor: str,
+                         audit: bool = True) -> None:
+        """Labels that win over the node's agent.yaml (None takes one off), kept in the store."""
+        self._rec()
+        self.inventory.set_labels(node_id, dict(labels))
+        self._rec().kick()
+        await self._save_nodes(actor, "nodes.label", node_id, {"labels": dict(labels)}, audit)
+
+    async def remove_node(self, node_id: str, *, actor: str, audit: bool = True) -> None:
+        """Forget a node with no replicas (KeyError: unknown; ValueError: replicas run there)."""
+        self._rec().remove_node(node_id)
+        await self._save_nodes(actor, "nodes.remove", node_id, None, audit)
+
+    async def _save_nodes(self, actor: str, action: str, node_id: str, detail: dict | None, audit: bool) -> None:
+        await self.store.set_setting(CORDONS_SETTING, self.inventory.cordons, actor=actor)
+        await self.store.set_setting(LABELS_SETTING, self.inventory.label_overrides, actor=actor)
+        if audit:
+            await self.store.append_audit(actor, action, f"node:{node_id}", detail)
+
+    async def retry(self, model: str, *, actor: str, audit: bool = True) -> None:
+        self._rec().retry(model)
+        if audit:
+            await self.store.append_audit(actor, "models.retry", f"model:{model}")
+
+    async def restart_model(self, model: str, *, in_place: bool = False, actor: str,
+                            audit: bool = True) -> list[str]:
+        replica_ids = self._rec().restart(model, in_place=in_place)
+        if audit:
+            await self.store.append_audit(actor, "models.restart", f"model:{model}",
+                                          {"in_place": in_place, "replicas": replica_ids})
+        return replica_ids
+
+    async def add_model(self, spec: Mapping[str, Any], *, actor: str, replace: bool = False,
+                        audit: bool = True) -> CatalogModel:
+        model = await self.catalog.add(spec, actor=actor, replace=replace, audit=audit)
+        self._catalog_changed()
+        return model
+
+    async def remove_model(self, name: str, *, actor: str, audit: bool = True) -> CatalogModel:
+        model = await self.catalog.remove(name, actor=actor, audit=audit)
+        self._catalog_changed()
+        return model
+
+    async def scale_model(self, name: str, *, actor: str, audit: bool = True, **changes: Any) -> CatalogModel:
+        model = await self.catalog.scale(name, actor=actor, audit=audit, **changes)
+        self._catalog_changed()
+        return model
+
+    # ---------------------------------------------------------------- HTTP
+
+    async def handle_leader(self, request: web.Request) -> web.Response:
+        info = self.leadership.describe()
+        return web.json_response(info, status=200 if info["leader"] else 503)
+
+
+# ---------------------------------------------------------------- in the server's application
+
+
+class ControlPlaneSlot:
+    """Where the app's running control plane is found (set once its cleanup context starts)."""
+
+    def __init__(self) -> None:
+        self.plane: ControlPlane | None = None
+        self.disabled_reason = ""
+
+
+CONTROL_PLANE = web.AppKey("control_plane", ControlPlaneSlot)
+
+
+async def handle_leader(request: web.Request) -> web.Response:
+    """GET /leader: 200 while this control plane leads, 503 otherwise; JSON with the holder and epoch."""
+    slot = request.app[CONTROL_PLANE]
+    if slot.plane is None:
+        return web.json_response({"leader": False, "holder": None, "epoch": 0,
+                                  "error": slot.disabled_reason or "the control plane is not running"}, status=503)
+    return await slot.plane.handle_leader(request)
+
+
+async def handle_health(request: web.Request) -> web.Response:
+    """GET /health: the process is alive (leading or not)."""
+    return web.json_response({"status": "alive"})
+
+
+def install_control_plane(app: web.Application, config: ServerConfig, replicas: ReplicaSet, *,
+                          store: Store | None = None, **options: Any) -> ControlPlaneSlot:
+    """Run a control plane inside `app` and serve GET /leader there.
+
+    The store is `store`, else the server's (`llmgw.server.app.STORE`, set by
+    an earlier cleanup context). With `control.enabled: false` nothing runs and
+    /leader answers 503.
+    """
+    slot = ControlPlaneSlot()
+    app[CONTROL_PLANE] = slot
+    app.router.add_get("/leader", handle_leader)
+    app.cleanup_ctx.append(functools.partial(_control_plane_ctx, config, replicas, store, options))
+    return slot
+
+
+async def _control_plane_ctx(config: ServerConfig, replicas: ReplicaSet, store: Store | None,
+                             options: dict[str, Any], app: web.Application) -> AsyncIterator[None]:
+    slot = app[CONTROL_PLANE]
+    if not config.control.enabled:
+        slot.disabled_reason = "control.enabled is false: this control plane is a gateway only"
+        logs.event(log, "scheduler off (control.enabled: false)", logging.WARNING)
+        yield
+        return
+    own_store = None
+    if store is None:
+        from llmgw.server.app import STORE
+
+        store = app.get(STORE)
+        if store is None:  # the gateway needed none of its own
+            from llmgw.store import open_store
+
+            store = own_store = await open_store(config.store.dsn.reveal())
+    try:
+        try:
+            plane = ControlPlane(config, store, replicas, **options)
+            await plane.start()
+        except (OSError, ValueError, ssl.SSLError, PkiError) as exc:
+            # The gateway still serves its providers; /leader answers 503 with this, and the log says it.
+            slot.disabled_reason = f"the control plane cannot start: {_start_problem(config, exc)}"
+            logs.event(log, slot.disabled_reason, logging.ERROR)
+            yield
+            return
+        slot.plane = plane
+        try:
+            yield
+        finally:
+            slot.plane = None
+            await plane.stop()
+    finally:
+        if own_store is not None:
+            await own_store.close()
+
+
+def _start_problem(config: ServerConfig, exc: BaseException) -> str:
+    if isinstance(exc, PkiError):
+        return (f"agent_tls: {exc}; or set agent_insecure: true on one machine, or control.enabled: false "
+                "for a gateway only")
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"agent_listen {config.agent_listen}: {exc.strerror or exc}"
+    return str(exc)
+
+
+def make_control_app(plane: ControlPlane) -> web.Application:
+    """A small app of its own (GET /health, GET /leader), for a control plane run without the gateway."""
+    app = web.Application()
+    slot = ControlPlaneSlot()
+    slot.plane = plane
+    app[CONTROL_PLANE] = slot
+    app.router.add_routes([web.get("/health", handle_health), web.get("/leader", handle_leader)])
+    return app
+
+
+__all__ = [
+    "CONTROL_PLANE",
+    "ControlPlane",
+    "ControlPlaneSlot",
+    "EndpointLink",
+    "ModelUnavailable",
+    "advertised_address",
+    "handle_health",
+    "handle_leader",
+    "install_control_plane",
+    "make_control_app",
+]

@@ -1,0 +1,74 @@
+"""Putting the control plane into `llmgw server`: one call on the gateway's application.
+
+`attach_control_plane(app, config)` adds, to the client API's application:
+
+- the control plane (scheduler, agent port, leadership), fed into the
+  gateway's own replica set, started after the store is open and stopped
+  before it closes;
+- `GET /leader` beside the gateway's `GET /health`;
+- the admin API on `admin_listen`, steering this control plane through
+  `AdminCluster` (skipped with `admin=False`, or when admin_listen is empty).
+
+So the server assembly needs two lines:
+
+    from llmgw.control.wiring import attach_control_plane
+    attach_control_plane(app, config)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.config.server import ServerConfig
+from llmgw.control.service import ControlPlaneSlot, install_control_plane
+from llmgw.obs import logs
+
+log = logs.get("llmgw.control")
+
+
+def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: bool = True,
+                         **options: Any) -> ControlPlaneSlot:
+    """Run the control plane (and the admin API) with the gateway application `app`."""
+    from llmgw.router.gateway import GATEWAY
+
+    slot = install_control_plane(app, config, app[GATEWAY].replicas, **options)
+    if admin and config.admin_listen:
+        app.cleanup_ctx.append(functools.partial(_admin_listener, config, slot))
+    return slot
+
+
+async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, app: web.Application) -> AsyncIterator[None]:
+    from llmgw.admin.app import admin_address, make_admin_app, serve_admin
+    from llmgw.control.admin_cluster import AdminCluster
+    from llmgw.router.gateway import GATEWAY
+    from llmgw.server.app import STORE
+
+    store = app.get(STORE)
+    if store is None:
+        logs.event(log, "admin API not served: the gateway opened no store", logging.WARNING)
+        yield
+        return
+    resolver = app[GATEWAY].resolver
+    admin_app = make_admin_app(config, store, cluster=AdminCluster(slot),
+                               on_tenancy_change=getattr(resolver, "invalidate", None))
+    try:
+        host, port = admin_address(config)
+        serving = serve_admin(admin_app, host, port)
+        await serving.__aenter__()
+    except Exception as exc:  # noqa: BLE001 - the client API serves on; the log says what is wrong
+        logs.event(log, "admin API not served", logging.ERROR, address=config.admin_listen, error=str(exc))
+        yield
+        return
+    logs.event(log, "admin API listening", address=config.admin_listen)
+    try:
+        yield
+    finally:
+        await serving.__aexit__(None, None, None)
+
+
+__all__ = ["attach_control_plane"]

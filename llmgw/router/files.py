@@ -1,0 +1,181 @@
+"""OpenAI's Files API, for batches: `/v1/files`.
+
+A file is one row in the store, its bytes included, so a backup of the
+store carries it. It belongs to the key's project (else its person; on a
+gateway without keys, to everyone) and only keys of that owner reach it.
+Uploads are `purpose=batch` (a batch's requests, JSONL) of at most
+`router.batch.max_file_bytes`; a batch writes its answers as files of
+purpose `batch_output`, kept `router.batch.output_retention`. An uploaded
+file stays until it is deleted, or until its `expires_after` when the
+upload gave one. A key under a guardrails policy with `no_store` may not
+upload.
+
+    POST   /v1/files                 multipart: file, purpose[, expires_after[anchor], expires_after[seconds]]
+    GET    /v1/files[?purpose=&limit=&after=]
+    GET    /v1/files/{id}
+    GET    /v1/files/{id}/content
+    DELETE /v1/files/{id}
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from aiohttp import web
+
+from llmgw.router.client_data import (
+    authenticate,
+    client_data,
+    json_response,
+    no_store,
+    owner_of,
+    store_errors,
+)
+from llmgw.router.errors import GatewayError, bad_request
+from llmgw.router.gateway import GATEWAY
+from llmgw.store.client_data import StoredFile
+
+#: What a client may upload: the requests of a batch.
+UPLOAD_PURPOSES = ("batch",)
+#: Files a list returns when it does not say, and at most.
+DEFAULT_LIMIT, MAX_LIMIT = 100, 10_000
+#: expires_after[seconds]: OpenAI's bounds (an hour to 30 days).
+MIN_EXPIRY_S, MAX_EXPIRY_S = 3600, 30 * 86400
+
+
+def _unix(t: dt.datetime | None) -> int | None:
+    return None if t is None else int(t.timestamp())
+
+
+def file_json(f: StoredFile) -> dict[str, Any]:
+    return {"id": f.id, "object": "file", "bytes": f.bytes, "created_at": _unix(f.created_at),
+            "expires_at": _unix(f.expires_at), "filename": f.filename, "purpose": f.purpose,
+            "status": "processed", "status_details": None}
+
+
+def not_found(file_id: str) -> GatewayError:
+    return GatewayError(404, "file_not_found", f"no file {file_id!r} (or not one of this key's project)",
+                        param="file_id")
+
+
+async def upload(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    principal = await authenticate(request)
+    store = client_data(request).require_store("files")
+    if no_store(gw, principal):
+        raise bad_request("a guardrails policy with no_store applies to this key: the gateway keeps no files for it",
+                          code="no_store")
+    limit = int(gw.config.router.batch.max_file_bytes)
+    if not request.content_type.startswith("multipart/"):
+        raise bad_request("upload a file as multipart/form-data with the fields `file` and `purpose`",
+                          code="invalid_upload")
+    fields: dict[str, str] = {}
+    content: bytes | None = None
+    filename = "upload.jsonl"
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if part.name == "file":
+            filename = (part.filename or filename)[:255]
+            content = await _read_limited(part, limit)
+        elif part.name:
+            fields[part.name] = (await part.text())[:1000]
+    purpose = fields.get("purpose", "")
+    if purpose not in UPLOAD_PURPOSES:
+        raise bad_request(f"purpose: {purpose!r} is not kept here; upload files for batches with purpose=batch",
+                          param="purpose")
+    if content is None:
+        raise bad_request("the upload has no `file` field", param="file")
+    if not content:
+        raise bad_request("the file is empty", param="file")
+    expires_at = _expiry(fields)
+    with store_errors("files"):
+        stored = await store.create_file(owner_of(principal), purpose=purpose, filename=filename, content=content,
+                                         expires_at=expires_at)
+    return json_response(file_json(stored))
+
+
+async def _read_limited(part, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await part.read_chunk(256 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise GatewayError(413, "file_too_large",
+                               f"the file is larger than {limit} bytes (router.batch.max_file_bytes)", param="file")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _expiry(fields: dict[str, str]) -> dt.datetime | None:
+    anchor = fields.get("expires_after[anchor]")
+    seconds = fields.get("expires_after[seconds]")
+    if anchor is None and seconds is None:
+        return None
+    if anchor not in (None, "created_at"):
+        raise bad_request("expires_after[anchor]: only created_at is understood", param="expires_after")
+    try:
+        value = int(seconds or "")
+    except ValueError:
+        raise bad_request("expires_after[seconds]: expected a whole number of seconds", param="expires_after") from None
+    if not MIN_EXPIRY_S <= value <= MAX_EXPIRY_S:
+        raise bad_request(f"expires_after[seconds]: between {MIN_EXPIRY_S} and {MAX_EXPIRY_S}", param="expires_after")
+    return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=value)
+
+
+async def list_files(request: web.Request) -> web.Response:
+    principal = await authenticate(request)
+    store = client_data(request).require_store("files")
+    query = request.query
+    try:
+        limit = max(1, min(int(query.get("limit", DEFAULT_LIMIT)), MAX_LIMIT))
+    except ValueError:
+        raise bad_request("limit: expected a whole number", param="limit") from None
+    purpose = query.get("purpose") or None
+    with store_errors("files"):
+        found = await store.list_files(owner_of(principal), purpose=purpose, after=query.get("after") or None,
+                                       limit=limit + 1)
+    page = found[:limit]
+    return json_response({"object": "list", "data": [file_json(f) for f in page],
+                          "first_id": page[0].id if page else None, "last_id": page[-1].id if page else None,
+                          "has_more": len(found) > limit})
+
+
+async def get_file(request: web.Request) -> web.Response:
+    principal = await authenticate(request)
+    store = client_data(request).require_store("files")
+    file_id = request.match_info["file_id"]
+    with store_errors("files"):
+        found = await store.get_file(owner_of(principal), file_id)
+    if found is None:
+        raise not_found(file_id)
+    return json_response(file_json(found))
+
+
+async def file_content(request: web.Request) -> web.Response:
+    principal = await authenticate(request)
+    store = client_data(request).require_store("files")
+    file_id = request.match_info["file_id"]
+    owner = owner_of(principal)
+    with store_errors("files"):
+        found = await store.get_file(owner, file_id)
+        content = await store.read_file_content(owner, file_id) if found is not None else None
+    if found is None or content is None:
+        raise not_found(file_id)
+    filename = found.filename.replace('"', "")
+    return web.Response(body=content, content_type="application/octet-stream",
+                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+async def delete_file(request: web.Request) -> web.Response:
+    principal = await authenticate(request)
+    store = client_data(request).require_store("files")
+    file_id = request.match_info["file_id"]
+    with store_errors("files"):
+        gone = await store.delete_file(owner_of(principal), file_id)
+    if not gone:
+        raise not_found(file_id)
+    return json_response({"id": file_id, "object": "file", "deleted": True})
+
+
+__all__ = ["UPLOAD_PURPOSES", "delete_file", "file_content", "file_json", "get_file", "list_files", "upload"]

@@ -1,0 +1,166 @@
+"""`llmgw up`: the files it writes, the key it keeps, and (slow) the whole thing as a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llmgw.config.load import load_agent_config, load_server_config
+from llmgw.store import open_store
+from llmgw.up.layout import Layout, Ports, agent_yaml, choose_ports, model_name_for, port_free, server_yaml
+from llmgw.up.procs import descendants
+from llmgw.up.run import UpError, directory_lock, ensure_api_key
+
+
+def test_the_files_it_writes_are_valid_configuration(tmp_path):
+    layout = Layout(tmp_path / "with space")
+    layout.make()
+    ports = Ports(18080, 18081, 18082, 18083)
+    layout.server_yaml.write_text(server_yaml(layout, ports, engine="sim", model="llmgw-sim"))
+    layout.agent_yaml.write_text(agent_yaml(layout, ports))
+    server = load_server_config(layout.server_yaml)
+    assert (server.listen, server.agent_listen, server.agent_insecure) == ("127.0.0.1:18080", "127.0.0.1:18082", True)
+    assert server.store.dsn.reveal() == str(layout.store) and server.auth.keys_required
+    assert server.admin_token_file == str(layout.admin_token)
+    [model] = server.models
+    assert (model.name, model.engine, model.scaling.min) == ("llmgw-sim", "sim", 1)
+    agent = load_agent_config(layout.agent_yaml)
+    assert agent.insecure and agent.control_planes == ["127.0.0.1:18082"]
+    assert agent.state_dir == str(layout.agent_dir)
+
+    gguf = tmp_path / "My Model.Q4.gguf"
+    llama = server_yaml(layout, ports, engine="llamacpp", model=model_name_for("llamacpp", str(gguf)),
+                        source=str(gguf))
+    layout.server_yaml.write_text(llama)
+    [model] = load_server_config(layout.server_yaml).models
+    assert (model.name, model.engine, model.source) == ("My-Model.Q4", "llamacpp", str(gguf))
+    assert model_name_for("llamacpp", None) == "tiny-gguf" and model_name_for("sim", None) == "llmgw-sim"
+
+
+def test_ports_beside_the_one_asked_for_or_anywhere_free():
+    ports = choose_ports(0)
+    assert len({ports.client, ports.admin, ports.agent, ports.metrics}) == 4
+    assert all(port_free(p) for p in (ports.client, ports.admin, ports.agent, ports.metrics))
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(OSError, match="is taken"):
+            choose_ports(s.getsockname()[1])
+
+
+async def test_the_key_is_kept_and_reused_until_revoked(tmp_path):
+    layout = Layout(tmp_path)
+    layout.make()
+    first = await ensure_api_key(layout)
+    assert first.startswith("llmgw-") and oct(layout.api_key.stat().st_mode)[-3:] == "600"
+    assert await ensure_api_key(layout) == first
+    store = await open_store(str(layout.store))
+    try:
+        [key] = await store.list_keys()
+        assert key.name == "llmgw up"
+        await store.revoke_key(key.id)
+    finally:
+        await store.close()
+    second = await ensure_api_key(layout)
+    assert second != first and layout.api_key.read_text().strip() == second
+
+
+def test_one_up_per_directory(tmp_path):
+    layout = Layout(tmp_path)
+    layout.make()
+    with directory_lock(layout):
+        with pytest.raises(UpError, match=f"another `llmgw up` runs on {tmp_path} \\(pid {os.getpid()}\\)"):
+            with directory_lock(layout):
+                pass
+    with directory_lock(layout):
+        pass
+
+
+def test_descendants_are_found():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in descendants()
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in descendants()
+
+
+# ---------------------------------------------------------------- the whole thing, as a process
+
+
+def _start_up(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmgw", "up", "--dir", str(tmp_path / "up"), "--port", "0", "--json", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(30)
+        raise AssertionError(f"llmgw up printed nothing; stderr:\n{proc.stderr.read()[-3000:]}")
+    return proc, json.loads(line)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _tree(pid: int) -> list[int]:
+    return [p for p in descendants(pid) if _alive(p)]
+
+
+@pytest.mark.slow
+def test_up_answers_through_the_openai_sdk_and_ctrl_c_stops_everything(tmp_path):
+    import openai
+
+    proc, info = _start_up(tmp_path)
+    try:
+        for key in ("base_url", "api_key", "model", "admin_url", "admin_token", "admin_token_file"):
+            assert info[key], key
+        client = openai.OpenAI(base_url=info["base_url"], api_key=info["api_key"])
+        answer = client.chat.completions.create(model=info["model"], messages=[{"role": "user", "content": "Hi"}],
+                                                max_tokens=5)
+        assert answer.choices[0].message.content
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=info["base_url"], api_key="llmgw-wrong").models.list()
+        import urllib.request
+
+        request = urllib.request.Request(f"{info['admin_url']}/api/v1/models",
+                                         headers={"Authorization": f"Bearer {info['admin_token']}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            models = json.load(resp)["models"]
+        assert [(m["name"], m["status"]) for m in models] == [(info["model"], "ready")]
+        children = _tree(proc.pid)
+        assert info["pids"]["server"] in children and info["pids"]["agent"] in children
+        assert len(children) >= 3  # the server, the agent, and the engine the agent started
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, proc.stderr.read()[-3000:]
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in children if _alive(p)], "a process `up` started outlived it"
+
+    # A second `up` on the same directory keeps the store and the key.
+    again, info2 = _start_up(tmp_path)
+    try:
+        assert info2["api_key"] == info["api_key"] and info2["dir"] == info["dir"]
+    finally:
+        again.send_signal(signal.SIGTERM)
+        assert again.wait(60) == 0
