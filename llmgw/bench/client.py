@@ -91,8 +91,8 @@ async def send(session: aiohttp.ClientSession, call: Call, out: Outcome, *,
                         continue
                     now = time.perf_counter()
                     if line.startswith(b"data: [DONE]"):
-                        done = True
-                        break
+                        done = True  # read on to the end, so the connection is kept for the next request
+                        continue
                     if first is None:
                         first = now
                     else:
@@ -104,7 +104,7 @@ async def send(session: aiohttp.ClientSession, call: Call, out: Outcome, *,
                 if not done or first is None:
                     out.fail("stream ended early")
                     return None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         out.fail("timeout")
         return None
     except (aiohttp.ClientError, ValueError) as exc:  # ValueError: an answer that is not JSON

@@ -15,8 +15,6 @@ gaps between events).
 
 from __future__ import annotations
 
-import os
-import platform
 import random
 import tempfile
 from collections.abc import Callable
@@ -25,7 +23,7 @@ from pathlib import Path
 import attrs
 
 from llmgw.bench import client, procs, wrk
-from llmgw.bench.stats import Outcome, latency_summary, ms, percentile, ratio
+from llmgw.bench.stats import Outcome, describe_machine, latency_summary, machine, ms, percentile, ratio
 from llmgw.bench.workloads import chat_body, words
 
 MODEL = "bench"
@@ -91,8 +89,8 @@ def choose_generator(bench: GatewayBench) -> tuple[str, list[str]]:
         return "wrk", []
     if bench.client == "wrk":
         raise BenchError("--client wrk: wrk is not installed (apt-get install wrk)")
-    return "python", ["wrk is not installed, so the Python client drives the closed loop; it may be "
-                      "the limit itself (see client_cpu_s). apt-get install wrk for raw requests/s."]
+    return "python", [("wrk is not installed, so the Python client drives the closed loop; it may be "
+                       "the limit itself (see client_cpu_s). apt-get install wrk for raw requests/s.")]
 
 
 @attrs.define
@@ -111,10 +109,11 @@ class _Target:
 async def run(bench: GatewayBench, say: Callable[[str], None] = lambda _: None) -> dict:
     """Run the benchmark; the report as a JSON-ready dict."""
     generator, notes = choose_generator(bench)
+    host = machine()
     body = chat_body(MODEL, [{"role": "user", "content": words(random.Random(1), bench.prompt_tokens)}],
                      max_tokens=bench.answer_tokens, stream=bench.stream)
     children: list[procs.Child] = []
-    with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as tmp, procs.quiet_llmgw_logs():
         workdir = Path(tmp)
         try:
             say(f"starting the sim engine (ttft {bench.ttft} s, tpot {bench.tpot} s)")
@@ -148,7 +147,7 @@ async def run(bench: GatewayBench, say: Callable[[str], None] = lambda _: None) 
         finally:
             for child in reversed(children):
                 await child.stop()
-    return _report(bench, generator, notes, targets)
+    return _report(bench, generator, notes, targets, host)
 
 
 def _bearer(secret: str | None) -> dict:
@@ -193,7 +192,7 @@ async def _measure(bench: GatewayBench, generator: str, target: _Target, body: b
     target.outcome.merge(out)
 
 
-def _report(bench: GatewayBench, generator: str, notes: list[str], targets: list[_Target]) -> dict:
+def _report(bench: GatewayBench, generator: str, notes: list[str], targets: list[_Target], host: dict) -> dict:
     results: dict[str, dict] = {}
     direct = targets[0].outcome
     for target in targets:
@@ -224,7 +223,7 @@ def _report(bench: GatewayBench, generator: str, notes: list[str], targets: list
         "bench": "gateway",
         "settings": {**attrs.asdict(bench), "requests": bench.total_requests,
                      "loop": "open" if bench.rate is not None else "closed"},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.platform()},
+        "machine": host,
         "load_generator": generator,
         "notes": notes,
         "targets": results,
@@ -256,8 +255,8 @@ def headline(report: dict) -> list[str]:
     load = (f"open loop at {s['rate']:g} requests/s" if s["loop"] == "open"
             else f"closed loop, {s['concurrency']} in flight")
     size = f"{s['requests']} requests" if s["requests"] is not None else f"{s['duration']:g} s"
-    lines = [f"{load}; {size} per target in {s['rounds']} interleaved rounds; load from "
-             f"{report['load_generator']}; {report['machine']['cpus']} CPUs; keys {'on' if s['keys'] else 'off'}"]
+    lines = [(f"{load}; {size} per target in {s['rounds']} interleaved rounds; load from "
+              f"{report['load_generator']}; keys {'on' if s['keys'] else 'off'}; {describe_machine(report['machine'])}")]
     t = report["targets"]
     if "llmgw" in t:
         lines.append(f"llmgw: {t['llmgw']['rps_vs_direct']}x the engine's requests/s, "

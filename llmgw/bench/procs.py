@@ -9,8 +9,11 @@ proxy that forks workers is measured whole.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import time
@@ -90,6 +93,20 @@ def cpu_seconds(pid: int) -> float:
     return ticks / _TICK
 
 
+@contextlib.contextmanager
+def quiet_llmgw_logs():
+    """Warnings and worse only from llmgw's loggers in this process while a benchmark runs
+    (a gateway in process logs a line per request), unless debugging was asked for."""
+    logger = logging.getLogger("llmgw")
+    before = logger.level
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 # ---------------------------------------------------------------- children
 
 
@@ -125,7 +142,7 @@ class Child:
         self.proc.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(self.proc.wait(), grace)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
         for pid in pids[1:]:  # workers a proxy forked and left behind
@@ -159,7 +176,7 @@ async def wait_ready(child: Child, path: str, timeout: float = START_TIMEOUT,
                 async with http.get(child.url + path, headers=headers or {}) as resp:
                     if resp.status == 200:
                         return
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (aiohttp.ClientError, TimeoutError):
                 pass
             await asyncio.sleep(0.1)
     await child.stop()
@@ -270,6 +287,9 @@ def litellm_yaml(*, engine_url: str, model: str, master_key: str | None) -> dict
 async def start_litellm(command: str, workdir: Path, *, engine_url: str, model: str,
                         keys: bool) -> tuple[Child, str | None]:
     """LiteLLM's proxy (`litellm --config …`), one worker; with keys, a master key it checks."""
+    if shutil.which(command) is None:
+        raise StartFailed(f"--litellm {command}: no such command; give the `litellm` of an installed LiteLLM "
+                          "proxy (pip install 'litellm[proxy]' into an environment of its own)")
     master_key = f"sk-bench-{secrets.token_hex(8)}" if keys else None
     config = workdir / "litellm.yaml"
     with open(config, "w") as f:

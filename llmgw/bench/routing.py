@@ -23,8 +23,6 @@ Time to first token is measured at the client, through the gateway.
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,7 +33,7 @@ import attrs
 from aiohttp import web
 
 from llmgw.bench import client, procs
-from llmgw.bench.stats import Outcome, latency_summary, ratio
+from llmgw.bench.stats import Outcome, describe_machine, latency_summary, machine, ratio
 from llmgw.bench.workloads import MultiTurn, SharedPrefix, chat_body
 
 MODEL = "bench"
@@ -62,17 +60,17 @@ class RoutingBench:
     workload: str = "shared-prefix"
     policies: tuple[str, ...] = DEFAULT_POLICIES
     replicas: int = 4
-    concurrency: int = 16  # closed loop: requests (shared prefix) or conversations (multi-turn) at once
+    concurrency: int = 8  # closed loop: requests (shared prefix) or conversations (multi-turn) at once
     rate: float | None = None  # shared prefix only: open loop at this many requests/s
     # the engines
-    ttft: float = 0.01
-    prefill_per_token: float = 0.0001
-    tpot: float = 0.005
+    ttft: float = 0.02
+    prefill_per_token: float = 0.0002
+    tpot: float = 0.01
     block_size: int = 16
     kv_cache_blocks: int = 600
     # the workloads
-    shared: SharedPrefix = SharedPrefix()
-    chat: MultiTurn = MultiTurn()
+    shared: SharedPrefix = attrs.Factory(SharedPrefix)
+    chat: MultiTurn = attrs.Factory(MultiTurn)
     seed: int = 7
 
     def __attrs_post_init__(self) -> None:
@@ -92,7 +90,7 @@ class RoutingBench:
 async def run(bench: RoutingBench, say: Callable[[str], None] = lambda _: None) -> dict:
     """Replay the workload under each policy; the report as a JSON-ready dict."""
     results = {}
-    with tempfile.TemporaryDirectory(prefix="llmgw-bench-routing-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="llmgw-bench-routing-") as tmp, procs.quiet_llmgw_logs():
         for policy in bench.policies:
             say(f"{bench.workload}: {policy}")
             results[policy] = await _run_policy(bench, policy, Path(tmp) / policy)
@@ -237,6 +235,7 @@ def _report(bench: RoutingBench, results: dict[str, dict]) -> dict:
             values["vs_round_robin"] = {
                 "hit_rate": ratio(values["hit_rate"], base["hit_rate"]),
                 "ttft_mean": ratio(values.get("ttft_mean_ms"), base.get("ttft_mean_ms")),
+                "ttft_p90": ratio(values.get("ttft_p90_ms"), base.get("ttft_p90_ms")),
                 "ttft_p95": ratio(values.get("ttft_p95_ms"), base.get("ttft_p95_ms")),
                 "tokens_per_s": ratio(values["tokens_per_s"], base["tokens_per_s"]),
             }
@@ -248,7 +247,7 @@ def _report(bench: RoutingBench, results: dict[str, dict]) -> dict:
         "bench": "routing",
         "workload": bench.workload,
         "settings": {**settings, "workload": workload, "loop": "open" if bench.rate else "closed"},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": machine(),
         "policies": results,
     }
 
@@ -263,18 +262,19 @@ def table(report: dict) -> tuple[list[dict], list[str]]:
             "ttft_mean_ms": v.get("ttft_mean_ms"), "ttft_p50_ms": v.get("ttft_p50_ms"),
             "ttft_p90_ms": v.get("ttft_p90_ms"), "ttft_p95_ms": v.get("ttft_p95_ms"),
             "tokens_per_s": v["tokens_per_s"], "hit_x": _x(vs.get("hit_rate")),
-            "ttft_mean_x": _x(vs.get("ttft_mean")), "ttft_p95_x": _x(vs.get("ttft_p95")),
+            "ttft_mean_x": _x(vs.get("ttft_mean")), "ttft_p90_x": _x(vs.get("ttft_p90")),
+            "ttft_p95_x": _x(vs.get("ttft_p95")),
             "tput_x": _x(vs.get("tokens_per_s")), "per_replica": "/".join(map(str, v["per_replica"])),
         })
     columns = ["policy", "ok", "errors", "hit_rate", "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms",
                "tokens_per_s", "per_replica"]
-    if any(r["hit_x"] for r in rows):
-        columns += ["hit_x", "ttft_mean_x", "ttft_p95_x", "tput_x"]
+    if BASELINE in report["policies"]:
+        columns += ["hit_x", "ttft_mean_x", "ttft_p90_x", "ttft_p95_x", "tput_x"]
     return rows, columns
 
 
 def _x(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f}x"
+    return "-" if value is None else f"{value:.2f}x"  # "-": round robin's own value was 0
 
 
 def headline(report: dict) -> list[str]:
@@ -288,9 +288,9 @@ def headline(report: dict) -> list[str]:
                  f"{w['answer_tokens']} an answer")
     load = f"open loop at {s['rate']:g} requests/s" if s["rate"] else f"{s['concurrency']} at a time"
     lines = [f"{report['workload']}: {shape}; {load}",
-             f"{s['replicas']} sim replicas, each a prefix cache of {s['kv_cache_blocks']} blocks of "
-             f"{s['block_size']} tokens; prefill {s['prefill_per_token'] * 1000:g} ms a token not cached; "
-             f"{report['machine']['cpus']} CPUs"]
+             (f"{s['replicas']} sim replicas, each a prefix cache of {s['kv_cache_blocks']} blocks of "
+              f"{s['block_size']} tokens; prefill {s['prefill_per_token'] * 1000:g} ms a token not cached"),
+             describe_machine(report["machine"])]
     if BASELINE in report["policies"]:
         lines.append("_x columns: that policy over round robin (hit rate and throughput: higher is better; "
                      "TTFT: lower is better)")

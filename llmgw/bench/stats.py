@@ -9,6 +9,8 @@ so a target's percentiles cover all its rounds.
 from __future__ import annotations
 
 import math
+import os
+import platform
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -118,3 +120,18 @@ def ratio(a: float | None, b: float | None, digits: int = 2) -> float | None:
     if a is None or b is None or b == 0 or math.isnan(a) or math.isnan(b):
         return None
     return round(a / b, digits)
+
+
+def machine() -> dict:
+    """What the numbers were measured on, load average included: a busy machine skews them all."""
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.platform(),
+            "load_avg_at_start": load}
+
+
+def describe_machine(host: dict) -> str:
+    load = host.get("load_avg_at_start")
+    return f"{host['cpus']} CPUs" + (f", load average {load[0]:g} at the start" if load else "")

@@ -55,7 +55,7 @@ class SharedPrefix:
     system_tokens: int = 1000
     question_tokens: int = 50
     answer_tokens: int = 16
-    requests: int = 800
+    requests: int = 600
     seed: int = 7
 
     def requests_in_order(self) -> list[tuple[int, list[dict]]]:
@@ -85,7 +85,7 @@ class MultiTurn:
     turns: int = 6
     system_tokens: int = 200
     user_tokens: int = 120
-    answer_tokens: int = 48
+    answer_tokens: int = 32
     seed: int = 7
 
     def opening(self, conversation: int) -> list[dict]:

@@ -10,8 +10,6 @@ from llmgw.cli.common import add_json_flag, not_built, print_json, print_table
 HELP = "Measure llmgw against what a user would use instead (gateway, routing, placement), and its guardrails."
 #: Benchmarks still to come, each answering "not built yet" until it lands.
 LATER = {
-    "gateway": "Overhead and throughput of the gateway against a bare engine.",
-    "routing": "Replica choice against round robin: cache hits, time to first token.",
     "placement": "Placement against first fit: cards used, models placed.",
 }
 
@@ -34,6 +32,8 @@ def register(sub) -> None:
     guard.add_argument("--seed", type=int, default=7, help="the corpus's seed: the same seed, the same corpus")
     add_json_flag(guard)
     guard.set_defaults(handler=run_guard)
+    _register_gateway(benches)
+    _register_routing(benches)
 
     for name, text in LATER.items():
         later = benches.add_parser(name, help=text, description=text)
@@ -43,7 +43,7 @@ def register(sub) -> None:
 def _usage(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:
         parser.print_usage(sys.stderr)
-        print(f"llmgw bench: name a benchmark: guard, {', '.join(LATER)}", file=sys.stderr)
+        print(f"llmgw bench: name a benchmark: guard, gateway, routing, {', '.join(LATER)}", file=sys.stderr)
         return 2
 
     return handler
@@ -74,3 +74,147 @@ def run_guard(args: argparse.Namespace) -> int:
 
 def _num(value) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+# ---------------------------------------------------------------- gateway and routing (issue #9)
+
+
+def _say(message: str) -> None:
+    print(f"llmgw bench: {message}", file=sys.stderr, flush=True)
+
+
+def _register_gateway(benches) -> None:
+    text = ("Requests/s and added latency through llmgw server, beside the engine alone and LiteLLM's proxy: "
+            "a sim engine and each gateway in its own process, the same load at each, rounds interleaved.")
+    p = benches.add_parser("gateway", help="What llmgw adds per request, beside the bare engine and LiteLLM.",
+                           description=text)
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--requests", type=int, metavar="N", help="requests per target over all rounds (default 2000)")
+    size.add_argument("--duration", type=float, metavar="SECONDS", help="seconds per target over all rounds")
+    p.add_argument("--rate", type=float, metavar="R",
+                   help="open loop: offer R requests/s whatever the answers do (default: closed loop)")
+    p.add_argument("--concurrency", type=int, default=50, metavar="C",
+                   help="closed loop: requests in flight (default 50)")
+    p.add_argument("--stream", action="store_true", help="streamed answers: time to first token and gaps too")
+    p.add_argument("--prompt-tokens", type=int, default=64, metavar="N", help="prompt size (default 64)")
+    p.add_argument("--answer-tokens", type=int, default=16, metavar="N", help="answer size (default 16)")
+    p.add_argument("--keys", action=argparse.BooleanOptionalAction, default=True,
+                   help="a key (and limits and a budget) on every request to llmgw (default on)")
+    p.add_argument("--ttft", type=float, default=0.0, metavar="SECONDS", help="the engine's time to first token (default 0)")
+    p.add_argument("--tpot", type=float, default=0.0, metavar="SECONDS", help="the engine's time per further token (default 0)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="rounds, each target once a round (default 3)")
+    p.add_argument("--litellm", metavar="PATH", help="the `litellm` command of an installed LiteLLM proxy, to measure it too")
+    p.add_argument("--client", choices=("auto", "wrk", "python"), default="auto",
+                   help="load generator: wrk for closed loops without streams when installed (auto), or always the Python client")
+    p.add_argument("--warmup", type=int, default=200, metavar="N", help="requests to each target before measuring (default 200)")
+    add_json_flag(p)
+    p.set_defaults(handler=run_gateway)
+
+
+def run_gateway(args: argparse.Namespace):
+    from llmgw.bench import gateway
+    from llmgw.bench.procs import StartFailed
+    from llmgw.cli.main import UsageError
+
+    try:
+        bench = gateway.GatewayBench(
+            requests=args.requests, duration=args.duration, rate=args.rate, concurrency=args.concurrency,
+            stream=args.stream, prompt_tokens=args.prompt_tokens, answer_tokens=args.answer_tokens, keys=args.keys,
+            ttft=args.ttft, tpot=args.tpot, rounds=args.rounds, litellm=args.litellm, client=args.client,
+            warmup=args.warmup)
+    except gateway.BenchError as exc:
+        raise UsageError(str(exc)) from None
+
+    async def main() -> int:
+        try:
+            report = await gateway.run(bench, _say)
+        except (gateway.BenchError, StartFailed, OSError) as exc:
+            print(f"llmgw bench gateway: {exc}", file=sys.stderr)
+            return 1
+        if args.json:
+            print_json(report)
+        else:
+            rows, columns = gateway.table(report)
+            print_table(rows, columns)
+            print("\n" + "\n".join(gateway.headline(report)))
+        return 0
+
+    return main()
+
+
+def _register_routing(benches) -> None:
+    from llmgw.bench.routing import DEFAULT_POLICIES, POLICIES, WORKLOADS
+
+    text = ("Prefix-cache hit rate, time to first token and throughput of K sim replicas behind llmgw, under "
+            "llmgw's replica choice and under round robin, random and least load, replaying one workload: "
+            "shared prefix (groups of users sharing a system prompt) or multi-turn chat.")
+    p = benches.add_parser("routing", help="llmgw's replica choice against round robin: cache hits, TTFT.",
+                           description=text)
+    p.add_argument("--workload", choices=WORKLOADS, default="shared-prefix", help="what to replay (default shared-prefix)")
+    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES), metavar="LIST",
+                   help=f"comma-separated, of {', '.join(POLICIES)} (default {','.join(DEFAULT_POLICIES)})")
+    p.add_argument("--replicas", type=int, default=4, metavar="K", help="sim replicas (default 4)")
+    p.add_argument("--concurrency", type=int, default=8, metavar="C",
+                   help="requests (shared prefix) or conversations (multi-turn) at once (default 8)")
+    p.add_argument("--rate", type=float, metavar="R", help="shared prefix: open loop at R requests/s instead")
+    p.add_argument("--requests", type=int, metavar="N", help="shared prefix: requests (default 600)")
+    p.add_argument("--groups", type=int, metavar="N", help="shared prefix: groups of users (default 16)")
+    p.add_argument("--system-tokens", type=int, metavar="N",
+                   help="system prompt size (default 1000 shared prefix, 200 multi-turn)")
+    p.add_argument("--question-tokens", type=int, metavar="N", help="shared prefix: question size (default 50)")
+    p.add_argument("--answer-tokens", type=int, metavar="N", help="answer size (default 16 shared prefix, 32 multi-turn)")
+    p.add_argument("--conversations", type=int, metavar="N", help="multi-turn: conversations (default 48)")
+    p.add_argument("--turns", type=int, metavar="N", help="multi-turn: turns each (default 6)")
+    p.add_argument("--user-tokens", type=int, metavar="N", help="multi-turn: user message size (default 120)")
+    p.add_argument("--ttft", type=float, default=0.02, metavar="SECONDS", help="engines' base time to first token (default 0.02)")
+    p.add_argument("--prefill-per-token", type=float, default=0.0002, metavar="SECONDS",
+                   help="engines' prefill time per prompt token not cached (default 0.0002)")
+    p.add_argument("--tpot", type=float, default=0.01, metavar="SECONDS", help="engines' time per further token (default 0.01)")
+    p.add_argument("--kv-cache-blocks", type=int, default=600, metavar="N",
+                   help="each replica's prefix cache, in blocks of 16 tokens (default 600)")
+    p.add_argument("--seed", type=int, default=7, help="the workload's seed: the same seed, the same requests")
+    add_json_flag(p)
+    p.set_defaults(handler=run_routing)
+
+
+def run_routing(args: argparse.Namespace):
+    import attrs
+
+    from llmgw.bench import routing
+    from llmgw.bench.procs import StartFailed
+    from llmgw.bench.workloads import MultiTurn, SharedPrefix
+    from llmgw.cli.main import UsageError
+
+    def given(**names) -> dict:
+        return {field: value for field, value in names.items() if value is not None}
+
+    try:
+        shared = attrs.evolve(SharedPrefix(seed=args.seed), **given(
+            requests=args.requests, groups=args.groups, system_tokens=args.system_tokens,
+            question_tokens=args.question_tokens, answer_tokens=args.answer_tokens))
+        chat = attrs.evolve(MultiTurn(seed=args.seed), **given(
+            conversations=args.conversations, turns=args.turns, system_tokens=args.system_tokens,
+            user_tokens=args.user_tokens, answer_tokens=args.answer_tokens))
+        bench = routing.RoutingBench(
+            workload=args.workload, policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
+            replicas=args.replicas, concurrency=args.concurrency, rate=args.rate, ttft=args.ttft,
+            prefill_per_token=args.prefill_per_token, tpot=args.tpot, kv_cache_blocks=args.kv_cache_blocks,
+            shared=shared, chat=chat, seed=args.seed)
+    except (routing.RoutingBenchError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+    async def main() -> int:
+        try:
+            report = await routing.run(bench, _say)
+        except (StartFailed, OSError) as exc:
+            print(f"llmgw bench routing: {exc}", file=sys.stderr)
+            return 1
+        if args.json:
+            print_json(report)
+        else:
+            rows, columns = routing.table(report)
+            print_table(rows, columns)
+            print("\n" + "\n".join(routing.headline(report)))
+        return 0
+
+    return main()

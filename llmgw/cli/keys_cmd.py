@@ -87,6 +87,10 @@ def register(sub) -> None:
     limits.add_argument("--clear", action="store_true", help="remove every limit of the scope")
     _common(limits, _limits)
 
+    from llmgw.cli.keys_features import register as register_features
+
+    register_features(commands)  # threads, memory, cache: a project's stored features
+
 
 def _common(parser: argparse.ArgumentParser, fn) -> None:
     add_json_flag(parser)
@@ -97,7 +101,8 @@ def _common(parser: argparse.ArgumentParser, fn) -> None:
 def _usage(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:
         parser.print_usage(sys.stderr)
-        print("llmgw keys: name a subcommand: create, list, show, revoke, rotate or limits", file=sys.stderr)
+        print("llmgw keys: name a subcommand: create, list, show, revoke, rotate, limits, threads, memory or cache",
+              file=sys.stderr)
         return 2
 
     return handler

@@ -106,8 +106,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _default_command() -> str | None:
-    """Bare `llmgw` on a terminal opens the console (issue: the console)."""
-    return None
+    """Bare `llmgw` on a terminal opens the console where an admin token is found (a control plane)."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return None
+    from llmgw.console.model.api import admin_token_found
+
+    return "console" if admin_token_found() else None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from llmgw.config.secrets import Secret
-from llmgw.control.catalog import CatalogModel
+from llmgw.control.catalog import CatalogModel, model_to_spec
 from llmgw.control.inventory import Node
 from llmgw.control.state import ModelState, ModelUnavailable, ReplicaRecord
 from llmgw.obs import logs
@@ -197,6 +197,8 @@ class AgentEvents(_Base):
                    node_id=rec.node, failures=st.failures, retry_in_s=delay, detail=message)
         if st.failures >= self.control.park_after and not st.parked:
             st.parked = True
+            cm = self.catalog.get(rec.model)
+            st.parked_for = model_to_spec(cm.config) if cm is not None else None
             st.park_reason = (f"parked after {st.failures} failed starts in a row; the last, on {rec.node}: "
                               f"{message}")
             logs.event(log, "model parked", logging.ERROR, model=rec.model, reason=st.park_reason)

@@ -73,7 +73,7 @@ def explain(rec: Reconciler, name: str) -> dict[str, Any]:
         "next_placement": None,
     }
     if cm.valid and cm.runs_on_cluster and rec.active:
-        out["next_placement"] = _decision(rec._decide(cm, preempt=cm.model_class == "critical"))
+        out["next_placement"] = _decision(rec.dry_run(cm))
     return out
 
 
@@ -121,6 +121,9 @@ def explain_text(info: dict[str, Any]) -> str:
             gpus = ",".join(map(str, r["gpus"])) or "cpu"
             extra = f" ({r['stopping_because']})" if r["stopping_because"] else (f" ({r['message']})" if r["message"] else "")
             lines.append(f"    {r['id']}  {r['node']}  {r['state']}  gpus {gpus}{extra}")
+    if info["failures"]:
+        retry = f"; next try in {info['retry_in_s']:.0f} s" if info["retry_in_s"] else ""
+        lines.append(f"  {info['failures']} failed start{'s' if info['failures'] != 1 else ''} in a row{retry}")
     if info["last_error"]:
         lines.append(f"  last error: {info['last_error']}")
     for title, key in (("last placement", "last_placement"), ("drain", "drain_blocked"),

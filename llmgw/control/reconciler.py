@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from llmgw.config.server import ControlConfig
 from llmgw.control.agent_events import CRASH_WINDOW, AgentEvents
-from llmgw.control.catalog import Catalog, CatalogModel
+from llmgw.control.catalog import Catalog, CatalogModel, model_to_spec
 from llmgw.control.engine_keys import EngineKeys
 from llmgw.control.inventory import Inventory, Node
 from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, place
@@ -284,6 +284,10 @@ class Reconciler(AgentEvents):
     def _plan(self, model: CatalogModel) -> None:
         st = self._state(model.name)
         now = self.clock()
+        if st.parked and model_to_spec(model.config) != st.parked_for:
+            logs.event(log, "model unparked: its definition changed", model=model.name)
+            st.parked, st.park_reason = False, ""
+            st.reset_failures()
         mine = [r for r in self.records.values() if r.model == model.name and r.live]
         pending = [r for r in mine if r.replaces and self._serving(r.replaces)]
         counted = [r for r in mine if r not in pending]
@@ -411,6 +415,10 @@ class Reconciler(AgentEvents):
             why = (f"idle for {quiet:.0f} s" if quiet > idle and rec.state == "ready"
                    else f"more replicas than wanted ({len(live)} of {len(live) - extra})")
             self._retire(rec, why)
+
+    def dry_run(self, model: CatalogModel) -> Decision:
+        """Where the model's next replica would go now; nothing changes."""
+        return self._decide(model, preempt=model.model_class == "critical")
 
     def _decide(self, model: CatalogModel, *, avoid: set[str] = frozenset(), preempt: bool = True) -> Decision:
         return place(model.config, self.inventory.nodes(), self._holdings(), engines=self.engines,

@@ -80,6 +80,7 @@ class ModelState:
     next_try: float = 0.0  #: monotonic; no start before it
     parked: bool = False
     park_reason: str = ""
+    parked_for: Any = None  #: the model's definition when it was parked: a change unparks it
     last_error: str = ""
     last_log_tail: tuple[str, ...] = ()
     decision: Decision | None = None  #: the last placement asked for a new replica

@@ -17,12 +17,17 @@ import asyncio
 import logging
 from typing import Any
 
-from llmgw.guard.policy import ATTACH_SETTING, ENABLED_SETTING, Attachment, parse_attachments
+from llmgw.guard.policy import (
+    ATTACH_SETTING,
+    ENABLED_SETTING,
+    Attachment,
+    parse_attachments,
+)
 from llmgw.obs import logs
 
 __all__ = [
-    "AttachmentWatcher",
     "REFRESH_SECONDS",
+    "AttachmentWatcher",
     "add_attachment",
     "enabled_state",
     "load_attachments",

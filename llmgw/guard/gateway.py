@@ -34,7 +34,14 @@ import attrs
 from llmgw.guard.judge import Judge, JudgeAnswer
 from llmgw.guard.policy import RANK, Effective, PolicyBook, PolicyError, Rules
 from llmgw.guard.redact import Numbering, redact
-from llmgw.guard.scan import CompiledStage, GuardRecord, Hit, Scanner, evaluate, strongest
+from llmgw.guard.scan import (
+    CompiledStage,
+    GuardRecord,
+    Hit,
+    Scanner,
+    evaluate,
+    strongest,
+)
 from llmgw.guard.shapes import (
     answer_slots,
     capability_problem,
@@ -42,15 +49,19 @@ from llmgw.guard.shapes import (
     denied_tools,
     input_slots,
     last_user_text,
+    pin_system_prompt,
     shape_request,
     structured_problem,
     structured_schema,
     tool_call_problem,
     with_value,
 )
+from llmgw.obs import logs
 from llmgw.router.errors import GatewayError, dumps, loads
 
 __all__ = ["GuardLayer", "GuardRequest", "refusal"]
+
+log = logs.get("llmgw.guard")
 
 #: The kinds of request the guardrails read; embeddings are not checked.
 CHECKED_KINDS = ("chat", "completion")
@@ -88,9 +99,15 @@ class GuardLayer:
         self.check_book(book)
 
     def check_book(self, book: PolicyBook) -> None:
-        """Refuse policies that act on kinds no detector finds (a misspelt `emial`)."""
+        """Refuse policies that act on kinds no detector finds (a misspelt `emial`).
+
+        A built-in policy is checked only when `guard.default` names it, so a
+        gateway whose detectors are left out (LLMGW_PLUGINS) starts when it uses none.
+        """
         problems = []
         for policy in book.policies.values():
+            if policy.builtin and policy.name not in book.default:
+                continue
             for stage in ("input", "output"):
                 for selector in self.scanner.unknown(getattr(policy.rules, stage)):
                     known = ", ".join(sorted(self.scanner.selectors)) or "none: install llmgw-guard-detectors"
@@ -195,6 +212,17 @@ class GuardRequest:
             self.layer.metrics.checked(stage, self.record.policy, stage_record.action, _broad(stage_record.category),
                                        self.effective.mode, stage_record.seconds)
 
+    def scan(self, stage: str, compiled: CompiledStage, texts: Sequence[str]) -> list[Hit] | None:
+        """The hits in `texts`; when a detector fails, [] under `fail: open` (recorded as flagged)
+        and None under `fail: closed`, for the caller to refuse or stop."""
+        try:
+            return evaluate(self.layer.scanner, compiled, texts)
+        except Exception:
+            log.exception("a guard detector failed", extra={"fields": {"stage": stage}})
+            closed = self.enforced.fail == "closed"
+            self.note(stage, "block" if closed else "flag", "detector: failed")
+            return None if closed else []
+
     def _refuse(self, stage: str, label: str, *, shadow: bool) -> None:
         """Block the request (raises), or only record it when only a shadow policy would."""
         self.note(stage, "block", label, shadow=shadow)
@@ -233,6 +261,9 @@ class GuardRequest:
             body = shaped
         slots = input_slots(body, self.kind)
         texts = [s.text for s in slots]
+        for text in texts:  # placeholders of earlier turns (a thread) keep their numbers
+            if "[" in text:
+                self.numbering.reserve(text)
         stage = self.compiled.input
         limit_e, limit_w = stage.max_chars
         total = sum(map(len, texts))
@@ -241,7 +272,10 @@ class GuardRequest:
             self._refuse("input", "size", shadow=shadow)
             hits: list[Hit] = []  # a text over the limit is not read
         else:
-            hits = evaluate(self.layer.scanner, stage, texts) if stage else []
+            hits = self.scan("input", stage, texts) if stage else []
+            if hits is None:
+                raise GatewayError(503, "guard_unavailable",
+                                   "this request could not be checked and the policy fails closed; try again later")
         self.note_hits("input", hits)
         if any(h.action == "block" for h in hits):
             raise refusal(strongest(hits).label)
@@ -257,7 +291,10 @@ class GuardRequest:
         self.declared = declared_tools(body)
         if w.validate_structured:
             self.structured = structured_schema(body)
-        return body
+        pinned = pin_system_prompt(body, self.kind, e)
+        if pinned is not body:
+            self.changed = True
+        return pinned
 
     def _rule_sets(self) -> list[tuple[Rules, bool]]:
         if self.effective.has_shadow:
@@ -340,7 +377,9 @@ class GuardRequest:
         if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
             return raw
         pairs = answer_slots(answer)
-        hits = evaluate(self.layer.scanner, self.compiled.output, [s.text for _, s in pairs])
+        hits = self.scan("output", self.compiled.output, [s.text for _, s in pairs])
+        if hits is None:  # not checked, and the policy fails closed: nothing of it goes out
+            return dumps(_stop_choices(answer, {index for index, _ in self._choice_texts(answer)}))
         self.note_hits("output", hits)
         stopped: set[int] = {pairs[h.slot][0] for h in hits if h.action == "block"}
         for index, problem in self._answer_problems(answer):

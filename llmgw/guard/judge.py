@@ -35,13 +35,13 @@ from llmgw.plugins.types import JudgeFormat, Verdict
 
 __all__ = [
     "CACHE_SECONDS",
+    "MAX_JUDGED_CHARS",
     "HTTPTransport",
     "Judge",
     "JudgeAnswer",
     "JudgeModel",
     "JudgeTransport",
     "JudgeUnavailable",
-    "MAX_JUDGED_CHARS",
     "clip",
     "judge_models",
     "text_of",

@@ -30,18 +30,18 @@ import attrs
 __all__ = [
     "ACTIONS",
     "ATTACH_SETTING",
-    "Attachment",
     "BUILTIN_POLICIES",
+    "ENABLED_SETTING",
+    "RANK",
+    "SCOPE_KINDS",
+    "Attachment",
     "DenyRule",
     "Effective",
-    "ENABLED_SETTING",
     "JudgeRules",
     "Policy",
     "PolicyBook",
     "PolicyError",
-    "RANK",
     "Rules",
-    "SCOPE_KINDS",
     "StageRules",
     "ToolRules",
     "combine",
@@ -252,6 +252,7 @@ class Policy:
     name: str
     mode: str = "enforce"
     rules: Rules = Rules()
+    builtin: bool = False  #: one llmgw knows without a definition (baseline)
 
 
 def combine(rules: Iterable[Rules]) -> Rules:
@@ -469,7 +470,7 @@ def parse_policies(defined: Mapping[str, Any]) -> dict[str, Policy]:
     out: dict[str, Policy] = {}
     for name, raw in BUILTIN_POLICIES.items():
         if name not in defined:
-            out[name] = parse_policy(name, raw)
+            out[name] = attrs.evolve(parse_policy(name, raw), builtin=True)
     for name, raw in defined.items():
         try:
             out[name] = parse_policy(name, raw)

@@ -20,6 +20,7 @@ __all__ = ["Numbering", "redact"]
 # without spaces is the same value.
 _SEPARATORS = re.compile(r"[\s().\-/]+")
 _NUMBERISH_KINDS = frozenset({"phone", "card", "iban", "tckn"})
+_PLACEHOLDER = re.compile(r"\[([A-Z0-9_]+?)_([0-9]{1,6})\]")
 
 
 class Numbering:
@@ -42,6 +43,12 @@ class Numbering:
 
     def __len__(self) -> int:
         return len(self._by_value)
+
+    def reserve(self, text: str) -> None:
+        """Placeholders already in `text` (a conversation redacted before, kept in a thread) are not
+        handed out again: a new value gets the next number, not one an earlier value has."""
+        for label, number in _PLACEHOLDER.findall(text):
+            self._counts[label] = max(self._counts.get(label, 0), int(number))
 
 
 def _label(kind: str) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "declared_tools",
     "input_slots",
     "last_user_text",
+    "pin_system_prompt",
     "shape_request",
     "structured_problem",
     "structured_schema",
@@ -146,20 +147,17 @@ def last_user_text(slots: Sequence[TextSlot]) -> str:
 def shape_request(body: dict[str, Any], kind: str, rules: Rules) -> tuple[dict[str, Any], list[str]]:
     """The body with the policy's shapes applied, and the names of the tools stripped.
 
-    Tools a policy denies with `on_denied: block` are not stripped: see
-    `denied_tools`, which the caller checks first.
+    The pinned system prompt is not put in here (`pin_system_prompt`, after
+    the checks: it is the operator's text, not the client's). Tools a policy
+    denies with `on_denied: block` are not stripped: see `denied_tools`,
+    which the caller checks first.
     """
     stripped: list[str] = []
     if kind == "chat":
         messages = body.get("messages")
-        if isinstance(messages, list):
-            new = messages
-            if rules.drop_client_system:
-                new = [m for m in new if not (isinstance(m, dict) and m.get("role") in _CLIENT_SYSTEM_ROLES)]
-            if rules.system_prompts:
-                new = [{"role": "system", "content": "\n\n".join(rules.system_prompts)}, *new]
-            if new is not messages:
-                body = {**body, "messages": new}
+        if isinstance(messages, list) and rules.drop_client_system:
+            body = {**body, "messages": [m for m in messages
+                                         if not (isinstance(m, dict) and m.get("role") in _CLIENT_SYSTEM_ROLES)]}
         if rules.tools:
             body, stripped = _strip_tools(body, rules.tools)
     cap = rules.max_output_tokens
@@ -169,6 +167,14 @@ def shape_request(body: dict[str, Any], kind: str, rules: Rules) -> tuple[dict[s
         if not (isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked <= cap):
             body = {**body, key: cap}
     return body, stripped
+
+
+def pin_system_prompt(body: dict[str, Any], kind: str, rules: Rules) -> dict[str, Any]:
+    """A chat request with the policies' pinned prompts first, as one system message."""
+    messages = body.get("messages")
+    if kind != "chat" or not rules.system_prompts or not isinstance(messages, list):
+        return body
+    return {**body, "messages": [{"role": "system", "content": "\n\n".join(rules.system_prompts)}, *messages]}
 
 
 def denied_tools(body: Mapping[str, Any], rules: ToolRules) -> list[str]:

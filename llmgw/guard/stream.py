@@ -31,11 +31,10 @@ from typing import Any
 import attrs
 
 from llmgw.guard.redact import redact
-from llmgw.guard.scan import evaluate
 from llmgw.plugins.types import Finding
 from llmgw.router.errors import dumps, loads
 
-__all__ = ["CONTEXT_CHARS", "GuardedRelay", "JUDGE_EVERY", "MAX_HELD_CHARS", "RELEASE_CHARS"]
+__all__ = ["CONTEXT_CHARS", "JUDGE_EVERY", "MAX_HELD_CHARS", "RELEASE_CHARS", "GuardedRelay"]
 
 RELEASE_CHARS = 200
 CONTEXT_CHARS = 120
@@ -230,8 +229,10 @@ class GuardedRelay:
             return piece
         window = choice.tail + piece
         offset = len(choice.tail)
-        hits = [h for h in evaluate(self.guard.layer.scanner, self.guard.compiled.output, [window])
-                if h.finding.end > offset]
+        found = self.guard.scan("output", self.guard.compiled.output, [window])
+        if found is None:
+            return None
+        hits = [h for h in found if h.finding.end > offset]
         self.guard.note_hits("output", hits)
         if any(h.action == "block" for h in hits):
             return None

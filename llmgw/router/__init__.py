@@ -8,6 +8,8 @@ Where things are:
 - `replicas.py`: `ReplicaSet`, what the control plane fills, and the static one from server.yaml;
 - `scrape.py`: engines' load from their /metrics; `choose.py`: which replica; `admission.py`: who waits;
 - `proxy.py`: talking to engines, timeouts; `sse.py`: the stream relay; `errors.py`: refusals.
+- `client_data.py`: what clients keep (threads.py, memory.py, mcp.py, files.py, batches.py with
+  batch_worker.py, cache.py), put on the app and hooked into the pipeline.
 
 docs/gateway.md explains the behaviour to operators.
 """

@@ -201,8 +201,8 @@ class BatchWorker:
                     logs.event(log, "batch worker lease lost", logging.WARNING, batch_id=batch.id)
                     return
                 if run.exception() is not None:
-                    logs.event(log, "batch run failed; tried again next round", logging.ERROR, batch_id=batch.id,
-                               error=repr(run.exception()))
+                    log.error("batch run failed; it is tried again next round", exc_info=run.exception(),
+                              extra={"fields": {"batch_id": batch.id}})
         finally:
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -345,7 +345,8 @@ class BatchRun:
             for line in queue:
                 if self.stop.is_set():
                     return
-                self._pending.append(await self._line(line, principal))
+                result = await self._line(line, principal)
+                self._pending.append(result)  # after the await: a flush meanwhile swaps the list
                 if len(self._pending) >= FLUSH_AT:
                     await self._flush()
 

@@ -328,7 +328,7 @@ async def end_hooks(call: Any) -> None:
                 await asyncio.shield(task)
             except asyncio.CancelledError:
                 interrupted = True
-            except Exception:
+            except Exception:  # noqa: BLE001 - the hook's failure is logged just below
                 break
         if task.done() and not task.cancelled() and task.exception() is not None:
             log.error("an answer hook failed: %s", task.exception(),

@@ -67,6 +67,8 @@ class TranslatingRelay:
         self.finished = False
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet: never look for it in itself
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     # A relay inside this one (the guardrails') may answer with an awaitable

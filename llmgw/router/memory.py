@@ -34,7 +34,7 @@ from llmgw.router.client_data import (
 )
 from llmgw.router.errors import GatewayError, bad_request
 from llmgw.router.gateway import GATEWAY
-from llmgw.store import Store
+from llmgw.store import Invalid, Store
 from llmgw.store.client_data import MemoryNote
 from llmgw.store.sql_client_data import check_agent
 
@@ -57,7 +57,7 @@ def agent_of(request: web.Request) -> str:
     given = request.headers.get(AGENT_HEADER, "").strip() or DEFAULT_AGENT
     try:
         return check_agent(given)
-    except Exception:
+    except Invalid:
         raise bad_request(f"{AGENT_HEADER}: an agent's name is 1 to 128 letters, digits, '-', '_', '.' or ':'",
                           code="invalid_agent") from None
 

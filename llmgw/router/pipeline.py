@@ -132,6 +132,9 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
             body = await guard.check_input(body)
             if guard.changed:
                 body_bytes = dumps(body)
+                for hook in call.hooks:  # guard: a thread keeps the turn as checked, never a redacted value
+                    if hasattr(hook, "checked"):
+                        hook.checked(body)
         # client data: an answer kept for this very request, after the limits and the input check
         if (hit := await answer_cache.lookup(gw, call, request, body)) is not None:
             return hit

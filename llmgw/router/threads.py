@@ -62,7 +62,7 @@ TRIMMED_HEADER = "x-llmgw-thread-trimmed"
 #: Set by a handler to carry its request by a thread without the header.
 THREAD = web.RequestKey("llmgw_thread", str)
 
-_THREAD_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,%d}" % MAX_THREAD_ID)
+_THREAD_ID = re.compile(rf"[A-Za-z0-9_.:\-]{{1,{MAX_THREAD_ID}}}")
 #: The context assumed for a model whose engine does not say (GET /v1/models: max_model_len).
 DEFAULT_CONTEXT = 8192
 #: Seconds a model's context length is trusted; an unanswered question is asked again sooner.
@@ -102,7 +102,11 @@ def fit(turns: list[ThreadTurn], room: int) -> tuple[list[ThreadTurn], int]:
 
 
 async def context_length(gw: Gateway, data: ClientData, model: str) -> int:
-    """The model's context in tokens, as one of its engines says in GET /v1/models; DEFAULT_CONTEXT else."""
+    """The model's context in tokens, as one of its engines says; DEFAULT_CONTEXT when none does.
+
+    GET /v1/models: `max_model_len` (vLLM, SGLang, the sim engine); for
+    llama.cpp's server, which lists only the context the model was trained
+    with, its /props first (the context it was started with)."""
     now = time.monotonic()
     known = data.context_lengths.get(model)
     if known is not None and now < known[1]:
@@ -113,12 +117,13 @@ async def context_length(gw: Gateway, data: ClientData, model: str) -> int:
         if session is None:
             break
         headers = {"Authorization": "Bearer " + replica.api_key.reveal()} if replica.api_key is not None else {}
-        try:
-            async with session.get(replica.base_url + "/models", headers=headers, timeout=_short()) as resp:
-                if resp.status == 200:
-                    found = _context_in(await resp.json(content_type=None), replica.name_at_engine)
-        except Exception as exc:  # an engine that cannot say is asked again later
-            logs.event(log, "context length not read", logging.DEBUG, replica_id=replica.id, error=repr(exc))
+        listing = await _get_json(session, replica.base_url + "/models", headers, replica.id)
+        found, exact = _context_in(listing, replica.name_at_engine)
+        if found and not exact:
+            props = await _get_json(session, replica.base_url.removesuffix("/v1") + "/props", headers, replica.id)
+            settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+            started = settings.get("n_ctx") if isinstance(settings, dict) else None
+            found = started if isinstance(started, int) and started > 0 else found
         if found:
             break
     value = found or DEFAULT_CONTEXT
@@ -126,28 +131,34 @@ async def context_length(gw: Gateway, data: ClientData, model: str) -> int:
     return value
 
 
-def _short():
+async def _get_json(session: Any, url: str, headers: dict[str, str], replica_id: str) -> Any:
     import aiohttp
 
-    return aiohttp.ClientTimeout(total=2)
+    try:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+            if resp.status == 200:
+                return await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # an engine that cannot say is asked again later
+        logs.event(log, "context length not read", logging.DEBUG, replica_id=replica_id, error=repr(exc))
+    return None
 
 
-def _context_in(listing: Any, name: str) -> int | None:
-    """max_model_len (vLLM, SGLang, the sim engine) or meta.n_ctx_train (llama.cpp) of `name`."""
+def _context_in(listing: Any, name: str) -> tuple[int | None, bool]:
+    """The context of `name` in a /v1/models listing, and whether it is the one the engine runs with."""
     entries = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(entries, list):
-        return None
+        return None, False
     chosen = next((e for e in entries if isinstance(e, dict) and e.get("id") == name), None)
     if chosen is None and len(entries) == 1 and isinstance(entries[0], dict):
         chosen = entries[0]
     if chosen is None:
-        return None
-    meta = chosen.get("meta") if isinstance(chosen.get("meta"), dict) else {}
-    for value in (chosen.get("max_model_len"), chosen.get("context_length"), meta.get("n_ctx"),
-                  meta.get("n_ctx_train")):
+        return None, False
+    for value in (chosen.get("max_model_len"), chosen.get("context_length")):
         if isinstance(value, int) and value > 0:
-            return value
-    return None
+            return value, True
+    meta = chosen.get("meta") if isinstance(chosen.get("meta"), dict) else {}
+    trained = meta.get("n_ctx_train")
+    return (trained, False) if isinstance(trained, int) and trained > 0 else (None, False)
 
 
 # ---------------------------------------------------------------- the pipeline's hook
@@ -244,6 +255,12 @@ class ThreadKeeper:
     def wrap(self, relay: Any) -> Any:
         self._stream = StreamedMessage()
         return Recorder(relay, self._stream.feed)
+
+    def checked(self, body: dict) -> None:
+        """guard: keep the new turn as the guardrails passed it (values redacted), not as it was sent."""
+        sent = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") not in _SYSTEM_ROLES]
+        if len(sent) >= len(self.new):
+            self.new = sent[len(sent) - len(self.new):]
 
     def whole(self, status: int, raw: bytes) -> None:
         if status != 200:

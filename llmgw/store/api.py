@@ -22,6 +22,17 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .client_data import (
+    DEFAULT_THREAD_RETENTION,
+    MAX_NOTES_PER_AGENT,
+    MAX_THREAD_TURNS,
+    Batch,
+    BatchResult,
+    MemoryNote,
+    ProjectFeatures,
+    StoredFile,
+    ThreadTurn,
+)
 from .records import (
     ApiKey,
     AuditEvent,
@@ -41,17 +52,6 @@ from .records import (
     UsageSum,
     User,
     WebSession,
-)
-from .client_data import (
-    DEFAULT_THREAD_RETENTION,
-    MAX_NOTES_PER_AGENT,
-    MAX_THREAD_TURNS,
-    Batch,
-    BatchResult,
-    MemoryNote,
-    ProjectFeatures,
-    StoredFile,
-    ThreadTurn,
 )
 
 

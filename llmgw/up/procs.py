@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 
 
 def become_subreaper() -> bool:
@@ -31,6 +32,14 @@ def become_subreaper() -> bool:
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when `up` dies, even by kill -9 (Linux only)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _parents() -> dict[int, int]:
@@ -113,9 +122,11 @@ class Child:
         try:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
             # Its own session: Ctrl-C reaches `up` alone, which stops the children in order.
+            # And should `up` be killed outright, the child is told to stop rather than left behind.
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         finally:
             log.close()

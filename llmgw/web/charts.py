@@ -6,6 +6,7 @@ in portal.css, so the Content-Security-Policy needs no inline style.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from markupsafe import Markup, escape
@@ -14,16 +15,16 @@ WIDTH, HEIGHT = 720, 220
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 12, 14, 30
 
 
-def _nice_max(value: float) -> float:
-    """A round number at or above ``value`` for the top of the axis."""
-    if value <= 0:
-        return 1.0
-    magnitude = 10 ** (len(str(int(value))) - 1)
-    for step in (1, 2, 2.5, 5, 10):
-        top = step * magnitude
-        if top >= value:
-            return float(top)
-    return float(10 * magnitude)
+def _nice_step(value: float, *, whole: bool) -> float:
+    """A round step so that four of them reach at least ``value``: 1, 2, 2.5 or 5 times a power of ten
+    (never a fraction when the values are ``whole`` numbers, like request counts)."""
+    need = max(value, 1e-9) / 4
+    magnitude = 10 ** math.floor(math.log10(need))
+    for factor in (1, 2, 2.5, 5, 10):
+        step = factor * magnitude
+        if step >= need and (not whole or step >= 1 and float(step).is_integer()):
+            return step
+    return 10 * magnitude if not whole else max(1.0, math.ceil(10 * magnitude))
 
 
 def bar_chart(
@@ -33,15 +34,16 @@ def bar_chart(
     fmt: Callable[[float], str] = lambda v: f"{v:g}",
     css: str = "bars",
     label_every: int | None = None,
+    whole: bool = False,
 ) -> Markup:
     """A bar per (label, value), with the title as the SVG's accessible name.
-    ``fmt`` writes the axis and each bar's tooltip."""
+    ``fmt`` writes the axis and each bar's tooltip; ``whole`` keeps the axis on whole numbers."""
     n = len(points)
     plot_w, plot_h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
-    top = _nice_max(max((v for _, v in points), default=0.0))
+    top = 4 * _nice_step(max((v for _, v in points), default=0.0), whole=whole)
     parts = [
-        f'<svg class="chart {escape(css)}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+        (f'<svg class="chart {escape(css)}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+         f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'),
         f"<title>{escape(title)}</title>",
     ]
     for i in range(5):  # grid lines and the axis's values

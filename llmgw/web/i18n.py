@@ -3,7 +3,7 @@
 Every word a page shows comes from a table in `i18n/<lang>.json`, by id
 (`signin.title`); a template writes `{{ _("signin.title") }}` and never
 text of its own (tests/web/test_web_i18n.py checks that). A message may
-name values in braces, filled with `_("keys.made", name=key.name)`. An id
+name values in braces, filled by keyword: `_("limits.rpm", n=60)`. An id
 missing from a table falls back to English, then to the id itself.
 
 The language is the `llmgw_lang` cookie (set by the switcher in each
@@ -79,7 +79,7 @@ class Translator:
     def _seps(self) -> tuple[str, str]:
         return (".", ",") if self.lang == "tr" else (",", ".")
 
-    def number(self, value: int | float | None, decimals: int = 0) -> str:
+    def number(self, value: float | None, decimals: int = 0) -> str:
         """12,345.6 in English, 12.345,6 in Turkish."""
         if value is None:
             return "–"

@@ -22,7 +22,14 @@ import json
 from aiohttp import web
 
 from llmgw.admin.audit import split_detail
-from llmgw.store import MEMBER_ROLES, STAFF_ROLES, USER_STATES, Conflict, Invalid, NotFound
+from llmgw.store import (
+    MEMBER_ROLES,
+    STAFF_ROLES,
+    USER_STATES,
+    Conflict,
+    Invalid,
+    NotFound,
+)
 from llmgw.web import account as acc
 from llmgw.web.charts import bar_chart
 from llmgw.web.portal import Viewer, portal_of, staff
@@ -235,10 +242,12 @@ async def usage(request: web.Request) -> web.StreamResponse:
         return [(label, float(value(per_day[b])) if b in per_day else 0.0) for label, b in zip(labels, buckets)]
 
     charts = [
-        bar_chart(series(lambda s: s.requests), title=t("usage.requests"), fmt=lambda v: t.number(v)),
-        bar_chart(series(lambda s: s.tokens), title=t("usage.tokens"), fmt=lambda v: t.number(v), css="bars tokens"),
-        bar_chart(series(lambda s: s.cost_micros), title=t("usage.cost"),
-                  fmt=lambda v: t.money(int(v), portal.currency), css="bars cost"),
+        (t("usage.requests"), bar_chart(series(lambda s: s.requests), title=t("usage.requests"),
+                                        fmt=lambda v: t.number(v), whole=True)),
+        (t("usage.tokens"), bar_chart(series(lambda s: s.tokens), title=t("usage.tokens"),
+                                      fmt=lambda v: t.number(v), css="bars tokens", whole=True)),
+        (t("usage.cost"), bar_chart(series(lambda s: s.cost_micros), title=t("usage.cost"),
+                                    fmt=lambda v: t.money(int(v), portal.currency), css="bars cost")),
     ]
     totals: dict[str | None, list[int]] = {}
     for s in await store.usage_sums(by, "day", since, until):

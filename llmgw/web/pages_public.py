@@ -43,7 +43,7 @@ async def landing(request: web.Request) -> web.StreamResponse:
     return await portal.render(
         request, "landing.html", models=models, base=base,
         examples=landing_examples(base, example, keys_required),
-        accounts=portal.store is not None, signup_open=portal.config.auth.signup_open,
+        signup_open=portal.config.auth.signup_open,
         keys_required=portal.config.auth.keys_required,
     )
 
@@ -54,7 +54,7 @@ async def switch_language(request: web.Request) -> web.StreamResponse:
     lang = request.match_info["lang"]
     response = portal.redirect(request, local_path(request.query.get("next"), "/"))
     if lang in i18n.LANGUAGES:
-        portal.set_cookie(request, response, i18n.COOKIE, lang, max_age=365 * 86400, http_only=False)
+        portal.set_cookie(request, response, i18n.COOKIE, lang, max_age=365 * 86400)
     return response
 
 

@@ -238,7 +238,8 @@ class Portal:
         t = self.translator(request)
         page = self.env.get_template(template).render(
             _=t, t=t, lang=t.lang, languages=i18n.NAMES, viewer=viewer, csrf=self.csrf_token(request, viewer),
-            path=request.path_qs, title=self.title, currency=self.currency, **context,
+            path=request.path_qs, title=self.title, currency=self.currency, accounts=self.store is not None,
+            **context,
         )
         response = web.Response(text=page, status=status, content_type="text/html", charset="utf-8",
                                 headers=dict(headers or {}))

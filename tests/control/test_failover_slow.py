@@ -103,7 +103,7 @@ def test_a_standby_on_postgresql_takes_over_and_the_agent_follows(tmp_path, post
         b = start("server", "--config", str(tmp_path / "b.yaml"), log="b.log")
         procs.append(b)
         wait_until(lambda: get(f"http://127.0.0.1:{b_ports['client']}/leader")[0] == 503, 30, "the standby up")
-        status, body = get(f"http://127.0.0.1:{b_ports['client']}/leader")
+        _, body = get(f"http://127.0.0.1:{b_ports['client']}/leader")
         assert body["leader"] is False and body["holder"].startswith(f"127.0.0.1:{a_ports['agent']}")
         agent = start("agent", "--config", str(tmp_path / "agent.yaml"), log="agent.log")
         procs.append(agent)

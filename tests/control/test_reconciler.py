@@ -345,3 +345,70 @@ async def test_reset_forgets_everything_and_empties_the_router():
     assert len(h.replicas) == 1
     h.rec.reset("no longer leading")
     assert len(h.replicas) == 0 and h.rec.records == {} and len(h.inventory) == 0
+
+
+async def test_a_parked_model_is_unparked_when_its_definition_changes(sqlite_store):
+    h = Harness([model("broken", scaling={"min": 1, "max": 2})], store=sqlite_store,
+                config=control(park_after=1))
+    h.connect(register("node-a"))
+    await h.tick()
+    [(_, start)] = h.agents.starts()
+    h.status("node-a", start.shard_id, "failed", message="bad flag")
+    assert explain(h.rec, "broken")["status"] == "parked"
+    await h.catalog.scale("broken", max=1, actor="ann")
+    await h.tick()
+    assert len(h.agents.starts()) == 1
+    assert explain(h.rec, "broken")["status"] == "starting"
+
+
+async def test_restart_replaces_one_replica_at_a_time():
+    h = Harness([model("qwen", scaling={"min": 2, "max": 2})])
+    h.connect(register("node-a"))
+    h.connect(register("node-b"))
+    first = sorted(m.shard_id for _, m in await h.start_ready())
+    assert sorted(h.rec.restart("qwen")) == first
+    await h.tick()
+    [(node_id, replacement)] = h.agents.starts()
+    assert replacement.shard_id not in first and h.agents.stops() == []
+    await h.tick()
+    assert h.agents.starts() == []  # the second waits for the first replacement
+    h.status(node_id, replacement.shard_id, "ready", port=h.port_for(replacement))
+    await h.tick()
+    [(_, stop)] = h.agents.stops()
+    [(_, second)] = h.agents.starts()
+    assert stop.shard_id in first and second.shard_id not in first
+    assert sorted(r.id for r in h.replicas.replicas_for("qwen")) != first
+
+
+async def test_restart_in_place_stops_then_starts():
+    h = Harness([model("qwen")])
+    h.connect(register("node-a"))
+    [(_, first)] = await h.start_ready()
+    h.rec.restart("qwen", in_place=True)
+    await h.tick()
+    [(_, stop)] = h.agents.stops()
+    assert stop.shard_id == first.shard_id
+    h.status("node-a", first.shard_id, "stopped")
+    await h.tick()
+    [(_, again)] = h.agents.starts()
+    assert again.shard_id != first.shard_id
+
+
+async def test_labels_from_the_operator_win_and_a_busy_node_is_not_removed():
+    h = Harness([model("qwen", profiles=[{"name": "d", "node_selector": {"llmgw.io/rack": "r9"}}])])
+    h.connect(register("node-a", labels={"llmgw.io/rack": "r1"}))
+    await h.tick()
+    assert h.agents.starts() == []
+    h.inventory.set_labels("node-a", {"llmgw.io/rack": "r9"})
+    [(_, start)] = await h.start_ready()
+    with pytest.raises(ValueError, match="still runs 1 replica"):
+        h.rec.remove_node("node-a")
+    # Re-registering keeps the operator's label over the agent's.
+    running = w.RunningShard(shard_id=start.shard_id, model="qwen", engine="sim", state="ready", port=20000)
+    h.connect(register("node-a", labels={"llmgw.io/rack": "r1"}, shards=[running]))
+    assert h.inventory.get("node-a").labels == {"llmgw.io/rack": "r9"}
+    h.inventory.set_labels("node-a", {"llmgw.io/rack": None})
+    assert h.inventory.get("node-a").labels == {"llmgw.io/rack": "r1"}
+    h.status("node-a", start.shard_id, "stopped")
+    h.rec.remove_node("node-a")
+    assert h.inventory.get("node-a") is None

@@ -193,3 +193,29 @@ async def test_installed_in_an_application(tmp_path, aiohttp_client):
         assert r.status == 503 and "gateway only" in (await r.json())["error"]
     finally:
         await store.close()
+
+
+async def test_attached_to_the_gateway_with_the_admin_api(tmp_path, aiohttp_client):
+    import aiohttp
+
+    from llmgw.control.wiring import attach_control_plane
+    from llmgw.server import make_gateway_app
+
+    admin_port = free_port()
+    config = parse_server_config({
+        "agent_listen": f"127.0.0.1:{free_port()}", "agent_insecure": True,
+        "admin_listen": f"127.0.0.1:{admin_port}", "admin_token_file": str(tmp_path / "admin-token"),
+        "store": {"dsn": str(tmp_path / "store.db")}, "auth": {"keys_required": False},
+        "models": [{"name": "tiny", "engine": "sim", "profiles": [{"name": "cpu"}]}],
+    })
+    app = make_gateway_app(config)
+    slot = attach_control_plane(app, config, engines=ENGINES, holder="cp-1")
+    client = await aiohttp_client(app)
+    await until(lambda: slot.plane is not None and slot.plane.leading, timeout=5, what="leading")
+    assert (await client.get("/leader")).status == 200
+    token = (tmp_path / "admin-token").read_text().strip()
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{admin_port}/api/v1/models",
+                            headers={"Authorization": f"Bearer {token}"}) as resp:
+            assert resp.status == 200
+            assert [m["name"] for m in (await resp.json())["models"]] == ["tiny"]

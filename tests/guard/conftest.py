@@ -7,6 +7,11 @@ import attrs
 import openai
 import pytest
 from aiohttp import web
+from llmgw_guard_detectors import (
+    InjectionDetector,
+    PersonalDataDetector,
+    SecretsDetector,
+)
 
 from llmgw.accounting.api import Reservation
 from llmgw.auth.principal import AuthError, Principal
@@ -16,11 +21,6 @@ from llmgw.router.gateway import GATEWAY
 from llmgw.server import make_gateway_app
 from llmgw.simengine import SimOptions, start
 from llmgw.store.records import UsageRow
-from llmgw_guard_detectors import (
-    InjectionDetector,
-    PersonalDataDetector,
-    SecretsDetector,
-)
 
 
 def _spans(detector, text):

@@ -103,7 +103,7 @@ def test_bench_guard_reports_precision_recall_and_added_latency(capsys):
 
 
 def test_other_benchmarks_are_not_built_yet(capsys):
-    code, _, err = run_cli(capsys, "bench", "routing")
+    code, _, err = run_cli(capsys, "bench", "placement")
     assert code == 2 and "not built yet" in err
     assert run_cli(capsys, "bench")[0] == 2
 

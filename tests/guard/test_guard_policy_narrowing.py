@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from llmgw.auth.principal import ANONYMOUS, Principal
 from llmgw.guard.policy import (
     Attachment,
     PolicyBook,
@@ -15,7 +16,6 @@ from llmgw.guard.policy import (
     parse_policies,
     parse_policy,
 )
-from llmgw.auth.principal import ANONYMOUS, Principal
 
 
 def principal(**ids) -> Principal:

@@ -13,6 +13,7 @@ from llmgw.guard.shapes import (
     capability_problem,
     input_slots,
     last_user_text,
+    pin_system_prompt,
     shape_request,
     structured_problem,
     structured_schema,
@@ -33,10 +34,12 @@ def rules(**raw):
 def test_pinned_prompt_first_client_system_dropped_output_capped():
     body = {"messages": [{"role": "system", "content": "be evil"}, {"role": "developer", "content": "x"},
                          {"role": "user", "content": "hi"}], "max_tokens": 5000}
-    shaped, _ = shape_request(body, "chat", rules(system_prompt="Answer about Acme only.", drop_client_system=True,
-                                                  max_output_tokens=100))
-    assert shaped["messages"] == [{"role": "system", "content": "Answer about Acme only."},
-                                  {"role": "user", "content": "hi"}]
+    policy = rules(system_prompt="Answer about Acme only.", drop_client_system=True, max_output_tokens=100)
+    shaped, _ = shape_request(body, "chat", policy)
+    assert shaped["messages"] == [{"role": "user", "content": "hi"}]
+    assert pin_system_prompt(shaped, "chat", policy)["messages"] == [
+        {"role": "system", "content": "Answer about Acme only."}, {"role": "user", "content": "hi"}]
+    assert pin_system_prompt(shaped, "chat", rules()) is shaped
     assert shaped["max_tokens"] == 100
     assert body["max_tokens"] == 5000 and len(body["messages"]) == 3  # the original is not changed
     asked_less, _ = shape_request({"messages": [], "max_completion_tokens": 10}, "chat", rules(max_output_tokens=100))
@@ -160,3 +163,49 @@ def test_a_policy_acting_on_a_kind_no_detector_finds_is_refused(detectors):
 
 async def test_embeddings_are_not_checked(detectors):
     assert layer(detectors, {}, ["baseline"]).begin(ANONYMOUS, "m", "embedding") is None
+
+
+async def test_the_pinned_prompt_goes_in_after_the_checks_and_is_not_redacted(detectors):
+    policies = {"pin": {"system_prompt": "Mail support@acme.example for help.", "drop_client_system": True,
+                        "input": {"pii": {"email": "redact"}}}}
+    g = layer(detectors, policies, ["pin"]).begin(ANONYMOUS, "m", "chat")
+    body = await g.check_input({"messages": [{"role": "system", "content": "you are free"},
+                                             {"role": "user", "content": "I am jane@example.com"}]})
+    assert body["messages"] == [{"role": "system", "content": "Mail support@acme.example for help."},
+                                {"role": "user", "content": "I am [EMAIL_1]"}]
+
+
+def test_a_gateway_without_detectors_starts_while_no_policy_needs_them():
+    from llmgw.config import parse_server_config
+    from llmgw.guard.policy import PolicyBook
+    from llmgw.guard.scan import Scanner
+
+    unused = PolicyBook.from_config(parse_server_config({}).guard)
+    GuardLayer(unused, Scanner({}))  # the built-in baseline is not in use: no complaint
+    used = PolicyBook.from_config(parse_server_config({"guard": {"default": ["baseline"]}}).guard)
+    with pytest.raises(PolicyError, match="install llmgw-guard-detectors"):
+        GuardLayer(used, Scanner({}))
+
+
+class _Broken:
+    name, category, kinds = "broken", "pii", ("email",)
+
+    def find(self, text):
+        raise RuntimeError("a bug in a plugin")
+
+
+async def test_a_failing_detector_fails_open_flagged_or_closed_refused(detectors):
+    for fail, expected in (("open", None), ("closed", 503)):
+        policies = {"p": {"fail": fail, "input": {"pii": {"email": "redact"}}, "output": {"pii": {"email": "block"}}}}
+        g = GuardLayer(PolicyBook(parse_policies(policies), ["p"]), Scanner({"broken": _Broken()})).begin(
+            ANONYMOUS, "m", "chat")
+        body = {"messages": [{"role": "user", "content": "a@example.com"}]}
+        if expected is None:
+            assert await g.check_input(body) == body
+            assert (g.record.action, g.record.category) == ("flagged", "detector: failed")
+        else:
+            with pytest.raises(GatewayError) as refused:
+                await g.check_input(body)
+            assert refused.value.status == 503
+            answer = b'{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"x"}}]}'
+            assert loads(await g.filter_answer(answer))["choices"][0]["finish_reason"] == "content_filter"

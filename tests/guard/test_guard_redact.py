@@ -45,3 +45,13 @@ def test_a_finding_inside_an_encoding_replaces_the_whole_run(pii):
     blob = base64.b64encode(b"mail jane@example.com").decode()
     text = f"see {blob}"
     assert redact(text, pii.find(text)) == "see [EMAIL_1]"
+
+
+def test_placeholders_already_in_a_conversation_are_not_handed_out_again():
+    from llmgw.guard.redact import Numbering
+
+    numbering = Numbering()
+    numbering.reserve("earlier: my card is [CARD_1], mail [EMAIL_3]; not one: [card_9] [CARD_]")
+    assert numbering.placeholder("card", "5555 5555 5555 4444") == "[CARD_2]"
+    assert numbering.placeholder("email", "a@example.com") == "[EMAIL_4]"
+    assert numbering.placeholder("phone", "+90 532 123 45 67") == "[PHONE_1]"

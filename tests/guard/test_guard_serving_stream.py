@@ -129,7 +129,7 @@ async def test_tool_calls_are_held_until_the_turn_ends_then_checked(detectors):
     body = {"messages": [{"role": "user", "content": "find"}], "tools": tools}
     guard, r, _ = relay(detectors, {"tools": {"max_calls_per_turn": 1}})
     await guard.check_input(body)
-    call = lambda i: [{"index": i, "id": f"t{i}", "type": "function", "function": {"name": "search", "arguments": "{}"}}]  # noqa: E731
+    call = lambda i: [{"index": i, "id": f"t{i}", "type": "function", "function": {"name": "search", "arguments": "{}"}}]
     out = await r.feed(chunk(role="assistant", tool_calls=call(0)))
     out += await r.feed(chunk(tool_calls=call(1)))
     assert all(not c["choices"][0]["delta"].get("tool_calls") for c in events(out) if isinstance(c, dict))

@@ -194,3 +194,7 @@ async def gateway():
 async def http():
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+# A gateway with a store, and an engine that keeps what it is sent (threads, notes, files, batches, cache).
+from .stored import recorder, stored_gateway  # noqa: F401

@@ -115,7 +115,8 @@ class Recorder:
 async def recorder():
     running: list[Recorder] = []
 
-    async def make(*, context: int = 4096, name: str = "m") -> Recorder:
+    async def make(*, context: int = 4096, name: str = "m", llamacpp: bool = False) -> Recorder:
+        """`llamacpp`: say the context as llama.cpp's server does (trained in /v1/models, started in /props)."""
         rec: Recorder
 
         async def chat(request: web.Request) -> web.StreamResponse:
@@ -146,12 +147,18 @@ async def recorder():
             return resp
 
         async def models(request: web.Request) -> web.Response:
-            return web.json_response({"object": "list", "data": [{"id": name, "object": "model",
-                                                                  "max_model_len": context}]})
+            entry = {"id": name, "object": "model", **({"meta": {"n_ctx_train": 131072}} if llamacpp
+                                                       else {"max_model_len": context})}
+            return web.json_response({"object": "list", "data": [entry]})
+
+        async def props(request: web.Request) -> web.Response:
+            return web.json_response({"default_generation_settings": {"n_ctx": context}, "total_slots": 1})
 
         app = web.Application()
         app.router.add_post("/v1/chat/completions", chat)
         app.router.add_get("/v1/models", models)
+        if llamacpp:
+            app.router.add_get("/props", props)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -11,7 +11,7 @@ import pytest
 from llmgw.router.batch_worker import LEASE_NAME, parse_input
 
 from .conftest import HELLO, model
-from .stored import get_json, stored_gateway, wait_for  # noqa: F401 (fixtures)
+from .stored import get_json, wait_for
 
 
 def jsonl(lines: list[dict]) -> bytes:

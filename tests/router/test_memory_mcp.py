@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .conftest import model
-from .stored import get_json, stored_gateway  # noqa: F401 (fixtures)
+from .stored import get_json
 
 HELPER = {"x-llmgw-agent": "helper"}
 

@@ -8,10 +8,16 @@ import datetime as dt
 import openai
 import pytest
 
-from llmgw.router.threads import estimate_tokens, response_id_for, thread_of_response_id
+from llmgw.router.threads import (
+    DEFAULT_CONTEXT,
+    context_length,
+    estimate_tokens,
+    response_id_for,
+    thread_of_response_id,
+)
 
 from .conftest import model
-from .stored import get_json, recorder, stored_gateway  # noqa: F401 (fixtures)
+from .stored import get_json
 
 THREAD = {"x-llmgw-thread": "conv-7f3a:1"}
 
@@ -156,6 +162,17 @@ async def test_embeddings_have_no_thread(stored_gateway, sim):
     with pytest.raises(openai.BadRequestError) as refused:
         await sg.client().embeddings.create(model="e", input="hello", extra_headers=THREAD)
     assert refused.value.code == "thread_unsupported"
+
+
+async def test_the_context_is_what_the_engine_runs_with(stored_gateway, recorder):
+    vllm_like = await recorder(context=2048)
+    llamacpp = await recorder(context=512, llamacpp=True)
+    sg = await stored_gateway([model("a", vllm_like.url + "/v1"), model("b", llamacpp.url + "/v1"),
+                               model("c", "http://127.0.0.1:9/v1")])
+    gw = sg.running.gateway
+    assert await context_length(gw, sg.data, "a") == 2048
+    assert await context_length(gw, sg.data, "b") == 512, "the context llama.cpp was started with, not trained with"
+    assert await context_length(gw, sg.data, "c") == DEFAULT_CONTEXT
 
 
 def test_a_response_id_carries_its_thread():

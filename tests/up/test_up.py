@@ -14,7 +14,15 @@ import pytest
 
 from llmgw.config.load import load_agent_config, load_server_config
 from llmgw.store import open_store
-from llmgw.up.layout import Layout, Ports, agent_yaml, choose_ports, model_name_for, port_free, server_yaml
+from llmgw.up.layout import (
+    Layout,
+    Ports,
+    agent_yaml,
+    choose_ports,
+    model_name_for,
+    port_free,
+    server_yaml,
+)
 from llmgw.up.procs import descendants
 from llmgw.up.run import UpError, directory_lock, ensure_api_key
 
@@ -77,10 +85,9 @@ async def test_the_key_is_kept_and_reused_until_revoked(tmp_path):
 def test_one_up_per_directory(tmp_path):
     layout = Layout(tmp_path)
     layout.make()
-    with directory_lock(layout):
-        with pytest.raises(UpError, match=f"another `llmgw up` runs on {tmp_path} \\(pid {os.getpid()}\\)"):
-            with directory_lock(layout):
-                pass
+    taken = f"another `llmgw up` runs on {tmp_path} \\(pid {os.getpid()}\\)"
+    with directory_lock(layout), pytest.raises(UpError, match=taken), directory_lock(layout):
+        pass
     with directory_lock(layout):
         pass
 

@@ -155,20 +155,41 @@ async def engine():
     await running.close()
 
 
-def site_config(engine, db: str, **sections) -> Any:
+def site_config(engine, db: str, *, names: tuple[str, ...] = ("m", "n"), **sections) -> Any:
+    """server.yaml for a site: ``names`` served by ``engine`` (the first with an alias and a price)."""
     auth = {"signup_open": False, **sections.pop("auth", {})}
+    models: list[dict] = [{"name": name, "endpoints": [{"url": engine.url + "/v1"}]} for name in names]
+    models[0].update({"aliases": ["small"], "price": {"input": 1.0, "output": 2.0}})
     return parse_server_config({
         "store": {"dsn": db},
         "auth": auth,
         "router": {"trusted_proxies": ["127.0.0.1"], "scrape_interval": "100ms"},
         "accounting": {"flush_interval": "50ms"},
-        "models": [
-            {"name": "m", "aliases": ["small"], "endpoints": [{"url": engine.url + "/v1"}],
-             "price": {"input": 1.0, "output": 2.0}},
-            {"name": "n", "endpoints": [{"url": engine.url + "/v1"}]},
-        ],
+        "models": models,
         **sections,
     })
+
+
+async def start_site(config, engine, host: str = "127.0.0.1") -> Site:
+    """The gateway and its portal for ``config``, listening; with acme/search/indexer in the tree."""
+    app = make_gateway_app(config)
+    portal = app[PORTAL]
+    portal.passwords = quick_passwords()
+    portal.clock = Clock()
+    server = TestServer(app, host=host)
+    await server.start_server()
+    site = Site(app, server, engine)
+    tenancy = portal.tenancy("test")
+    await tenancy.create("acme")
+    await tenancy.create("acme/search")
+    await tenancy.create("acme/search/indexer")
+    return site
+
+
+async def stop_site(site: Site) -> None:
+    for client in site.clients:
+        await client.close()
+    await site.server.close()
 
 
 @pytest.fixture
@@ -177,25 +198,13 @@ async def make_site(engine, tmp_path):
 
     async def make(**sections) -> Site:
         config = site_config(engine, str(tmp_path / f"llmgw{len(sites)}.db"), **sections)
-        app = make_gateway_app(config)
-        portal = app[PORTAL]
-        portal.passwords = quick_passwords()
-        portal.clock = Clock()
-        server = TestServer(app)
-        await server.start_server()
-        site = Site(app, server, engine)
+        site = await start_site(config, engine)
         sites.append(site)
-        tenancy = portal.tenancy("test")
-        await tenancy.create("acme")
-        await tenancy.create("acme/search")
-        await tenancy.create("acme/search/indexer")
         return site
 
     yield make
     for site in sites:
-        for client in site.clients:
-            await client.close()
-        await site.server.close()
+        await stop_site(site)
 
 
 @pytest.fixture

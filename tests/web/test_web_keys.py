@@ -32,7 +32,7 @@ async def test_a_key_is_shown_once_and_works_with_the_openai_sdk(site: Site) -> 
     await b.sign_in("ayse@example.com")
     account = await b.get("/account")
     assert "acme/search/indexer" in account.text and "You have no working keys" in account.text
-    options = re.search(r'<select name="project">(.*?)</select>', account.text, re.S).group(1)
+    options = re.search(r'<select name="project">(.*?)</select>', account.text, re.DOTALL).group(1)
     project_id = re.search(r'value="(prj-[^"]+)"', options).group(1)
 
     secret, made = await _make_key(b, project=project_id, model="m")

@@ -24,8 +24,8 @@ from llmgw_judge_formats.shieldgemma import DEFAULT_PRINCIPLES, ShieldGemmaForma
 
 __all__ = [
     "DEFAULT_PRINCIPLES",
-    "JsonFormat",
     "LLAMA_GUARD_3_CATEGORIES",
+    "JsonFormat",
     "LlamaGuard3Format",
     "Qwen3GuardFormat",
     "ShieldGemmaFormat",

@@ -1,0 +1,101 @@
+"""`llmgw keys threads|memory|cache`: a project's stored conversations, memory notes and answer cache.
+
+Each is off until turned on here. With no option the command shows the
+project's setting. A running gateway reads a change within 30 seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+
+from llmgw.cli.common import add_json_flag, print_json
+from llmgw.cli.main import UsageError
+from llmgw.cli.store_access import add_store_arguments, parse_duration, tenancy_command, when
+
+_FEATURES = {
+    "threads": (
+        "Keep a project's conversations (x-llmgw-thread), or stop.",
+        ("Turn stored conversations on or off for a project. With them on, a request naming a thread in "
+         "x-llmgw-thread gets the thread's earlier turns in front of its own; each thread is kept --retention "
+         "after its last turn. With them off, such a request is refused."),
+        ("--retention", "how long a thread is kept after its last turn, like 720h (default 720h)"),
+    ),
+    "memory": (
+        "Let a project's agents keep notes (/v1/memory, /mcp), or stop.",
+        ("Turn memory notes on or off for a project: /v1/memory and the remember, recall and forget tools "
+         "of /mcp. Notes already kept stay while they are off, unreachable."),
+        None,
+    ),
+    "cache": (
+        "Reuse a project's answers to exact repeats, or stop.",
+        ("Turn the answer cache on or off for a project. With it on, a request repeated exactly within --ttl "
+         "is answered from the gateway's memory, marked x-llmgw-cache: hit, with no tokens and no cost."),
+        ("--ttl", "how long an answer is reused, like 10m (default 10m)"),
+    ),
+}
+
+
+def register(commands) -> None:
+    """Add `threads`, `memory` and `cache` under `llmgw keys`."""
+    for name, (summary, description, extra) in _FEATURES.items():
+        parser = commands.add_parser(name, help=summary, description=description)
+        parser.add_argument("project", metavar="PROJECT", help="the project, as ORG/TEAM/PROJECT or ORG/PROJECT")
+        switch = parser.add_mutually_exclusive_group()
+        switch.add_argument("--on", action="store_true", help="turn it on")
+        switch.add_argument("--off", action="store_true", help="turn it off")
+        if extra is not None:
+            parser.add_argument(extra[0], metavar="DURATION", help=extra[1])
+        add_json_flag(parser)
+        add_store_arguments(parser)
+        parser.set_defaults(handler=tenancy_command(_handler(name)), feature=name)
+
+
+def _handler(feature: str):
+    async def handle(args: argparse.Namespace, tenancy) -> int:
+        node = await tenancy.find(args.project, "project")
+        store = tenancy.store
+        changes: dict = {}
+        if args.on or args.off:
+            changes[feature] = bool(args.on)
+        span = getattr(args, "retention", None) if feature == "threads" else getattr(args, "ttl", None)
+        if span is not None:
+            value = parse_duration(span, "--retention" if feature == "threads" else "--ttl")
+            if value < dt.timedelta(seconds=1):
+                raise UsageError(f"{'--retention' if feature == 'threads' else '--ttl'}: at least 1s")
+            changes["thread_retention" if feature == "threads" else "cache_ttl"] = value
+        if changes:
+            features = await store.set_project_features(node.id, actor=tenancy.actor, **changes)
+            detail = {k: (v.total_seconds() if isinstance(v, dt.timedelta) else v) for k, v in changes.items()}
+            await store.append_audit(tenancy.actor, f"keys.{feature}", f"project:{node.id}", {"path": node.path, **detail})
+        else:
+            features = await store.get_project_features(node.id)
+        on = getattr(features, feature)
+        if args.json:
+            out = {"project": node.path, "project_id": node.id, feature: on}
+            if feature == "threads":
+                out["retention_s"] = int(features.thread_retention.total_seconds())
+            if feature == "cache":
+                out["ttl_s"] = int(features.cache_ttl.total_seconds())
+            out["updated_at"] = features.updated_at.isoformat() if features.updated_at else None
+            print_json(out)
+            return 0
+        line = f"{node.path}: {feature} {'on' if on else 'off'}"
+        if feature == "threads":
+            line += f", kept {_span(features.thread_retention)} after the last turn"
+        if feature == "cache":
+            line += f", answers reused for {_span(features.cache_ttl)}"
+        if features.updated_at:
+            line += f" (changed {when(features.updated_at)} UTC by {features.actor})"
+        print(line)
+        if changes:
+            print("A running gateway reads the change within 30 seconds.")
+        return 0
+
+    return handle
+
+
+def _span(t: dt.timedelta) -> str:
+    from llmgw.config.units import Duration
+
+    return str(Duration(seconds=t.total_seconds()))

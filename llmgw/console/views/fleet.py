@@ -1,0 +1,238 @@
+"""Watch: Overview, Nodes, GPUs, Replicas, and Jobs and Logs (which the admin API does not serve yet)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmgw.console.views.base import Action, TableView, TextView, counts, gib, money
+from llmgw.console.widgets import ChoiceField, Row, TextField
+
+__all__ = ["GpusView", "JobsView", "LogsView", "NodesView", "OverviewView", "ReplicasView", "node_lines"]
+
+
+class OverviewView(TextView):
+    title = "Overview"
+    watches = ("summary",)
+
+    def lines(self) -> list[Any]:
+        s = self.model.data("summary")
+        lines: list[Any] = [("title", f"llmgw {s['version']} · store {s['store']}"), ""]
+        c = s["cluster"]
+        if c is None:
+            lines.append(f"scheduler: {s['scheduler']}")
+        else:
+            leading = "leading" if c["leading"] else f"standby; the leader is {c['leader'] or 'unknown'}"
+            lines.append(f"control plane: {leading}")
+            lines.append(f"nodes: {counts(c['nodes'])}")
+            gpus = ", ".join(f"{g['class']} {g['in_use']}/{g['total']} in use"
+                             + (f" ({g['total'] - g['healthy']} unhealthy)" if g["healthy"] < g["total"] else "")
+                             for g in c["gpus"])
+            lines.append(f"GPUs: {gpus or 'none'}")
+            lines.append(f"replicas: {counts(c['replicas'])}")
+            lines.append(f"models: {counts(c['models'])}")
+            if c["attention"]:
+                lines += ["", ("warn", "Needs a look:")]
+                lines += [("warn", f"  {a['name']}: {a['status']}: {a['reason']}") for a in c["attention"]]
+        lines += ["", f"last 24h: {s['requests_24h']} requests, {s['tokens_24h']} tokens, "
+                      f"{money(s['cost_micros_24h'], s['currency'])}",
+                  "", ("dim", "The same as `llmgw ctl status`; read again every 3 seconds.")]
+        return lines
+
+
+def node_lines(n: dict[str, Any]) -> list[str]:
+    lines = [f"{n['id']}: {n['state']}" + (f" ({n['cordon_reason']})" if n["cordon_reason"] else ""),
+             f"address {n['address'] or '-'}, host {n['hostname'] or '-'}, agent {n['agent_version'] or '?'}",
+             f"{n['cores']} cores, {gib(n['memory_total_bytes'])} memory ({gib(n['memory_available_bytes'])} free)"]
+    lines += [f"gpu {g['index']}: {g['class']} {g['name']} {gib(g['memory_total_bytes'])} {g['health']}"
+              for g in n["gpus"]]
+    if n["labels"]:
+        lines.append("labels: " + ", ".join(f"{k}={v}" for k, v in sorted(n["labels"].items())))
+    if n["engines"]:
+        lines.append("engines: " + ", ".join(f"{k} {v}" for k, v in sorted(n["engines"].items())))
+    if n.get("disconnect_reason"):
+        lines.append(f"disconnected: {n['disconnect_reason']} ({n['silent_s']:.0f}s silent)")
+    lines.append("replicas: " + (", ".join(n["replicas"]) or "none"))
+    return lines
+
+
+class NodesView(TableView):
+    title = "Nodes"
+    watches = ("nodes",)
+    columns = ("node", "state", "address", "gpus", "cores", "memory", "replicas", "agent")
+
+    def caption_text(self) -> Any:
+        nodes = self.model.data("nodes", [])
+        states: dict[str, int] = {}
+        for n in nodes:
+            states[n["state"]] = states.get(n["state"], 0) + 1
+        return ["Nodes: ", counts(states), ("dim", " · llmgw ctl nodes, cordon, drain, node remove")]
+
+    def rows(self) -> list[Row]:
+        rows = []
+        for n in self.model.data("nodes", []):
+            classes = ", ".join(sorted({g["class"] for g in n["gpus"]}))
+            gpus = f"{classes} x{len(n['gpus'])}" if n["gpus"] else "-"
+            attr = None if n["state"] == "ready" else "warn"
+            rows.append(Row(n["id"], (n["id"], n["state"], n["address"], gpus, str(n["cores"]),
+                                      gib(n["memory_total_bytes"]), str(len(n["replicas"])),
+                                      n["agent_version"] or "-"), attr))
+        return rows
+
+    def _node(self, node_id: str) -> dict[str, Any] | None:
+        return next((n for n in self.model.data("nodes", []) if n["id"] == node_id), None)
+
+    def row_actions(self, row: Row) -> list[Action]:
+        node = self._node(row.key) or {"cordoned": False, "draining": False}
+        actions: list[Action] = [("Details", lambda: self.details(row.key))]
+        if not node["cordoned"]:
+            actions.append(("Cordon…", lambda: self.cordon(row.key, "cordon")))
+        if node["cordoned"] or node["draining"]:
+            actions.append(("Uncordon", lambda: self.uncordon(row.key)))
+        if not node["draining"]:
+            actions.append(("Drain…", lambda: self.cordon(row.key, "drain")))
+        actions.append(("Remove from the cluster…", lambda: self.remove(row.key)))
+        return actions
+
+    def details(self, node_id: str) -> None:
+        self.app.run(self.actions.node(node_id), lambda n: self.app.show(f"Node {node_id}", node_lines(n)),
+                     busy="reading…")
+
+    def cordon(self, node_id: str, verb: str) -> None:
+        node = self._node(node_id) or {}
+        intro = {"cordon": ["Place nothing new on it; what runs there stays."],
+                 "drain": ["Move its replicas off, one at a time, each replacement up before the original stops."]}
+        self.app.form(
+            f"{verb.capitalize()} {node_id}",
+            [TextField("reason", "Reason", node.get("cordon_reason", ""), hint="said in Nodes and the audit log")],
+            lambda v: self.actions.node_state(node_id, verb, v["reason"] or ""),
+            done=lambda n: self.app.note(f"{n['id']}: {n['state']}"),
+            intro=intro[verb],
+            confirm=(lambda v: [f"Drain {node_id}? Its replicas move off it."]) if verb == "drain" else None)
+
+    def uncordon(self, node_id: str) -> None:
+        self.app.run(self.actions.node_state(node_id, "uncordon"), lambda n: self.app.note(f"{n['id']}: {n['state']}"))
+
+    def remove(self, node_id: str) -> None:
+        self.app.ask([f"Remove {node_id} from the cluster?",
+                      "The control plane forgets it; the machine is not touched."],
+                     lambda: self.app.run(self.actions.remove_node(node_id),
+                                          lambda n: self.app.note(f"{n['id']}: removed from the cluster")))
+
+
+class GpusView(TableView):
+    title = "GPUs"
+    watches = ("nodes", "replicas")
+    columns = ("node", "gpu", "class", "name", "memory", "health", "model")
+
+    def caption_text(self) -> Any:
+        total = sum(len(n["gpus"]) for n in self.model.data("nodes", []))
+        return [f"GPUs: {total} cards", ("dim", " · what each card is and the replica holding it")]
+
+    def rows(self) -> list[Row]:
+        holders: dict[tuple[str, int], str] = {}
+        for r in self.model.data("replicas", []):
+            for index in r["gpus"]:
+                holders[(r["node"], index)] = f"{r['model']} ({r['id']})"
+        rows = []
+        for n in self.model.data("nodes", []):
+            for g in n["gpus"]:
+                rows.append(Row((n["id"], g["index"]),
+                                (n["id"], str(g["index"]), g["class"], g["name"] or "-", gib(g["memory_total_bytes"]),
+                                 g["health"], holders.get((n["id"], g["index"]), "-")),
+                                None if g["health"] == "ok" else "error"))
+        return rows
+
+    def row_actions(self, row: Row) -> list[Action]:
+        node_id = row.key[0]
+        nodes = {n["id"]: n for n in self.model.data("nodes", [])}
+        if node_id not in nodes:
+            return []
+        return [("Its node's details", lambda: self.app.show(f"Node {node_id}", node_lines(nodes[node_id])))]
+
+
+class ReplicasView(TableView):
+    title = "Replicas"
+    watches = ("replicas",)
+    columns = ("replica", "model", "node", "state", "gpus", "for", "note")
+
+    def caption_text(self) -> Any:
+        replicas = self.model.data("replicas", [])
+        states: dict[str, int] = {}
+        for r in replicas:
+            states[r["state"]] = states.get(r["state"], 0) + 1
+        return ["Replicas: ", counts(states), ("dim", " · llmgw ctl replicas")]
+
+    def rows(self) -> list[Row]:
+        return [Row(r["id"], (r["id"], r["model"], r["node"], r["state"], ",".join(map(str, r["gpus"])) or "cpu",
+                              f"{r['for_s']:.0f}s", r["stopping_because"] or r["message"]),
+                    None if r["state"] == "ready" else "warn")
+                for r in self.model.data("replicas", [])]
+
+    def _replica(self, rid: str) -> dict[str, Any] | None:
+        return next((r for r in self.model.data("replicas", []) if r["id"] == rid), None)
+
+    def row_actions(self, row: Row) -> list[Action]:
+        r = self._replica(row.key)
+        if r is None:
+            return []
+        return [("Details", lambda: self.app.show(f"Replica {r['id']}", replica_lines(r))),
+                (f"Restart {r['model']}'s replicas…", lambda: restart_form(self.app, r["model"]))]
+
+
+def replica_lines(r: dict[str, Any]) -> list[str]:
+    lines = [f"{r['id']}: {r['state']} for {r['for_s']:.0f}s", f"model {r['model']}, profile {r['profile'] or '-'}, "
+             f"engine {r['engine'] or '-'}", f"node {r['node']}, port {r['port'] or '-'}, "
+             f"GPUs {','.join(map(str, r['gpus'])) or 'none'}, {r['cores']} cores, {gib(r['memory_bytes'])} memory"]
+    if r.get("replaces"):
+        lines.append(f"replaces {r['replaces']}")
+    if r.get("stopping_because"):
+        lines.append(f"stopping: {r['stopping_because']}")
+    if r.get("message"):
+        lines.append(f"its agent said: {r['message']}")
+    lines.append("One replica is not restarted alone through the admin API; its model's replicas are, one at a time.")
+    return lines
+
+
+def restart_form(app: Any, model: str) -> None:
+    app.form(f"Restart {model}'s replicas",
+             [ChoiceField("in_place", "How", ["a replacement first, then the old one stops",
+                                              "in place: stop and start each where it is"], values=[False, True])],
+             lambda v: app.actions.restart(model, v["in_place"]),
+             done=lambda r: app.show("Restarting", [f"{r['model']}: restarting "
+                                                    f"{', '.join(r['replicas']) or 'nothing (no replica runs)'}"]),
+             intro=["One at a time. `llmgw ctl model restart` does the same."], apply_label="Restart")
+
+
+class _MissingView(TextView):
+    """An entry whose data the admin API does not serve yet: the panel says so, and where to look instead."""
+
+    text: tuple[str, ...] = ()
+
+    def lines(self) -> list[Any]:
+        return [("title", self.title), "", *self.text]
+
+
+class JobsView(_MissingView):
+    title = "Jobs"
+    text = (
+        "Jobs would follow models being served or moved to new weights on the control plane.",
+        "",
+        ("warn", "This control plane's admin API has no jobs endpoint (no GET /api/v1/jobs), so there is "
+                 "nothing to follow here yet."),
+        "",
+        "What a change sets going shows in the meantime on Models (ready against wanted, status) and Replicas "
+        "(starting, ready, stopping); Audit records each change and how it ended.",
+    )
+
+
+class LogsView(_MissingView):
+    title = "Logs"
+    text = (
+        "Logs would show a node's agent log, newest at the bottom, errors and warnings coloured.",
+        "",
+        ("warn", "The admin API does not serve agents' logs (no GET /api/v1/nodes/{node}/logs), so the console "
+                 "cannot show them yet."),
+        "",
+        "Read them on the node, from whatever runs the agent (for a systemd unit, journalctl -u with its name). "
+        "Why a model does not start is on Models: Why is it placed where it is shows the engine's last lines.",
+    )

@@ -1,0 +1,160 @@
+"""The benchmarks' parts that need no process: statistics, wrk's script and output, workloads, configs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmgw.bench import gateway, procs, routing, wrk
+from llmgw.bench.stats import Outcome, latency_summary, percentile, ratio
+from llmgw.bench.workloads import MultiTurn, SharedPrefix, chat_body
+from llmgw.cli.main import main
+from llmgw.config.server import AffinityConfig
+from llmgw.router.choose import Chooser, Want
+from llmgw.router.replicas import Replica
+
+
+def test_weighted_percentiles_are_ordered_and_exact_on_plain_samples():
+    points = [(float(v), 1.0) for v in range(1, 101)]
+    assert percentile(points, 50) == 50.0
+    assert percentile(points, 99) == 99.0
+    assert percentile(points, 100) == 100.0
+    assert percentile([], 50) is None
+    # Weights: one value holding most of the weight is the median.
+    assert percentile([(1.0, 1.0), (5.0, 8.0), (9.0, 1.0)], 50) == 5.0
+    out = Outcome(latencies=[(0.001 * v, 1.0) for v in (5, 1, 9, 3, 7)], ok=5)
+    s = latency_summary(out)
+    assert s["p50_ms"] <= s["p95_ms"] <= s["p99_ms"]
+    assert ratio(3.0, 2.0) == 1.5 and ratio(1.0, 0.0) is None and ratio(None, 1.0) is None
+
+
+def test_outcomes_merge_across_rounds():
+    a = Outcome(latencies=[(0.01, 1.0)], ok=1, elapsed=1.0)
+    b = Outcome(latencies=[(0.02, 1.0)], ok=1, elapsed=1.0, late=0.5)
+    b.fail("timeout")
+    a.merge(b)
+    assert (a.ok, a.errors, a.elapsed, a.late, a.rps) == (2, 1, 2.0, 0.5, 1.0)
+    assert a.error_kinds == {"timeout": 1}
+
+
+def test_wrk_script_posts_the_body_and_stops_after_its_share():
+    body = chat_body("bench", [{"role": "user", "content": 'say "hi"'}], max_tokens=4, stream=False)
+    lua = wrk.script(body, {"Authorization": "Bearer k"}, per_thread=25)
+    assert 'wrk.method = "POST"' in lua
+    assert json.dumps(body.decode()) in lua
+    assert 'wrk.headers["Authorization"] = "Bearer k"' in lua
+    assert "answered == 25" in lua and "wrk.thread:stop()" in lua
+    assert "function response" not in wrk.script(body, {}, per_thread=None)  # a timed run needs no hook
+
+
+def test_wrk_output_becomes_an_outcome():
+    quantiles = [1000 + i for i in range(wrk.QUANTILES)]  # microseconds
+    line = wrk.MARKER + json.dumps({"requests": 500, "duration_us": 2_000_000, "connect": 0, "read": 0,
+                                    "write": 0, "status": 3, "timeout": 1, "q_us": quantiles})
+    out = wrk.parse("Running 2s test\n" + line + "\nRequests/sec: 250\n")
+    assert (out.ok, out.errors, out.elapsed) == (497, 4, 2.0)
+    assert out.error_kinds == {"wrk status": 3, "wrk timeout": 1}
+    s = latency_summary(out)
+    assert 1.0 <= s["p50_ms"] <= s["p95_ms"] <= s["p99_ms"] <= 2.0
+    with pytest.raises(ValueError, match="no result line"):
+        wrk.parse("wrk: connection refused\n")
+
+
+def test_without_wrk_the_python_client_drives_the_closed_loop_and_says_so(monkeypatch):
+    monkeypatch.setattr(wrk, "wrk_path", lambda: None)
+    generator, notes = gateway.choose_generator(gateway.GatewayBench())
+    assert generator == "python" and "wrk is not installed" in notes[0]
+    with pytest.raises(gateway.BenchError, match="not installed"):
+        gateway.choose_generator(gateway.GatewayBench(client="wrk"))
+    monkeypatch.setattr(wrk, "wrk_path", lambda: "/usr/bin/wrk")
+    assert gateway.choose_generator(gateway.GatewayBench()) == ("wrk", [])
+    assert gateway.choose_generator(gateway.GatewayBench(stream=True))[0] == "python"
+    assert gateway.choose_generator(gateway.GatewayBench(rate=100))[0] == "python"
+
+
+def test_gateway_settings_are_checked_and_shared_between_rounds():
+    with pytest.raises(gateway.BenchError):
+        gateway.GatewayBench(requests=10, duration=5)
+    with pytest.raises(gateway.BenchError):
+        gateway.GatewayBench(client="wrk", stream=True)
+    bench = gateway.GatewayBench(requests=10, rounds=3)
+    assert [bench.share(r)[0] for r in range(3)] == [4, 3, 3]
+    assert gateway.GatewayBench(duration=9, rounds=3).share(0) == (None, 3.0)
+    assert gateway.GatewayBench().total_requests == 2000
+
+
+def test_generated_configs_serve_one_model_from_the_same_engine():
+    server = procs.server_yaml(listen="127.0.0.1:1", db=procs.Path("/tmp/x/llmgw.db"),
+                               engine_url="http://127.0.0.1:2", model="bench", keys=True, concurrency=50)
+    assert server["models"][0]["endpoints"] == [{"url": "http://127.0.0.1:2/v1"}]
+    assert server["auth"] == {"keys_required": True} and server["control"] == {"enabled": False}
+    from llmgw.config import parse_server_config
+
+    parse_server_config(server)  # a server.yaml llmgw accepts
+    lite = procs.litellm_yaml(engine_url="http://127.0.0.1:2", model="bench", master_key="sk-x")
+    assert lite["model_list"][0]["litellm_params"]["api_base"] == "http://127.0.0.1:2/v1"
+    assert lite["general_settings"]["master_key"] == "sk-x"
+    assert "general_settings" not in procs.litellm_yaml(engine_url="http://e", model="bench", master_key=None)
+
+
+def test_shared_prefix_requests_share_their_groups_system_prompt_and_repeat_with_the_seed():
+    wl = SharedPrefix(groups=3, system_tokens=40, question_tokens=5, requests=30)
+    requests = wl.requests_in_order()
+    assert requests == wl.requests_in_order()
+    systems = {g: m[0]["content"] for g, m in requests}
+    assert len(systems) == 3 and len(set(systems.values())) == 3
+    assert all(m[0]["content"] == systems[g] for g, m in requests)
+    assert len({m[1]["content"] for _, m in requests}) == 30  # every question its own
+    assert len(systems[0].split()) == 40 + 2  # "group 0:" and the words
+    assert wl.working_set_blocks(16) == 3 * (40 // 16)
+
+
+def test_multi_turn_messages_are_fixed_by_the_seed():
+    wl = MultiTurn(conversations=2, turns=3)
+    assert wl.opening(0) == wl.opening(0) and wl.opening(0) != wl.opening(1)
+    assert wl.user_message(1, 2) == wl.user_message(1, 2) != wl.user_message(1, 1)
+    assert wl.requests == 6
+
+
+def test_the_chooser_baselines_ignore_affinity_and_load():
+    replicas = [Replica(id=f"r{i}", model="m", base_url=f"http://r{i}/v1") for i in range(3)]
+    chooser = Chooser(AffinityConfig())
+    chooser.set_policy("round_robin")
+    replicas[0].in_flight = 50  # busy, yet its turn comes
+    picks = [chooser.choose("m", replicas, Want(session="s")).id for _ in range(6)]
+    assert picks == ["r0", "r1", "r2", "r0", "r1", "r2"]
+    chooser.set_policy("random", seed=1)
+    assert {chooser.choose("m", replicas, Want()).id for _ in range(60)} == {"r0", "r1", "r2"}
+    with pytest.raises(ValueError, match="policy"):
+        chooser.set_policy("fastest")
+
+
+def test_routing_settings_are_checked():
+    with pytest.raises(routing.RoutingBenchError, match="--policies"):
+        routing.RoutingBench(policies=("llmgw", "psychic"))
+    with pytest.raises(routing.RoutingBenchError, match="--rate"):
+        routing.RoutingBench(workload="multi-turn", rate=5)
+    with pytest.raises(routing.RoutingBenchError, match="--replicas"):
+        routing.RoutingBench(replicas=1)
+
+
+def test_engine_counters_are_read_from_vllm_metric_names():
+    text = (
+        '# HELP vllm:prefix_cache_hits_total Prompt tokens found in the prefix cache.\n'
+        'vllm:prefix_cache_hits_total{model_name="bench"} 300.0\n'
+        'vllm:prefix_cache_queries_total{model_name="bench"} 400.0\n'
+        'vllm:request_success_total{finished_reason="length",model_name="bench"} 7.0\n'
+        'vllm:request_success_total{finished_reason="stop",model_name="bench"} 1.0\n'
+        'vllm:prefix_cache_hits_created{model_name="bench"} 1.7e9\n'
+    )
+    assert routing.parse_counters(text) == {"hits": 300.0, "queries": 400.0, "requests": 8.0}
+
+
+def test_bad_options_are_usage_errors_and_placement_is_not_built(capsys):
+    assert main(["bench", "gateway", "--client", "wrk", "--stream"]) == 2
+    assert "wrk measures neither" in capsys.readouterr().err
+    assert main(["bench", "routing", "--policies", "nope"]) == 2
+    assert "--policies" in capsys.readouterr().err
+    assert main(["bench", "placement"]) == 2
+    assert "not built yet" in capsys.readouterr().err

@@ -1,0 +1,208 @@
+"""Keys and what they do: moving about, questions only Y answers, forms that refuse what they can see."""
+
+from __future__ import annotations
+
+from conftest import choose, keys, open_view, row, screen, type_in
+
+
+def bottom(app) -> str:
+    return screen(app).splitlines()[-1].strip()
+
+
+def status(app) -> str:
+    return screen(app).splitlines()[-2].strip()
+
+
+async def test_arrows_choose_an_entry_go_into_its_panel_and_back(app):
+    await keys(app, "down", "down", "down")
+    assert app.view.title == "Models" and not app.in_panel
+    assert "qwen-small  ready" in screen(app)
+    await keys(app, "right")
+    assert app.in_panel
+    assert bottom(app) == "↑↓ row  Enter what can be done  ←/Esc back  PgUp/PgDn scroll  A add  ? help  Q leave"
+    await keys(app, "left")
+    assert not app.in_panel and app.view.title == "Models"
+    await keys(app, "enter", "esc")
+    assert not app.in_panel
+    await keys(app, "up", "up", "up", "up")  # past the top stays on the first entry
+    assert app.view.title == "Overview"
+    await keys(app, "x", "F5")  # keys bound to nothing change nothing
+    assert app.view.title == "Overview" and not app.dialogs
+
+
+async def test_a_menu_opens_on_enter_and_esc_closes_it(app):
+    await open_view(app, "Nodes")
+    await keys(app, "enter")
+    text = screen(app)
+    assert "┌ gpu-a-01 " in text and "Cordon…" in text and "Uncordon" not in text
+    assert bottom(app) == "↑↓ choose  Enter do it  ←/Esc back"
+    await keys(app, "esc")
+    assert not app.dialogs and "Cordon…" not in screen(app)
+
+
+async def test_cordon_sends_the_reason_typed_and_uncordon_undoes_it(app, live):
+    await open_view(app, "Nodes")
+    await keys(app, "down", "enter")
+    await choose(app, "Cordon")
+    assert "Cordon gpu-a-02" in screen(app)
+    await type_in(app, "fan")
+    await keys(app, "enter")  # a form of one field is sent by Enter on it
+    assert live.cluster.calls[-1] == ("cordon", ("gpu-a-02", "fan", "ann"))
+    assert status(app) == "gpu-a-02: cordoned"
+    assert "gpu-a-02  cordoned" in screen(app)
+    await keys(app, "enter")
+    await choose(app, "Uncordon")
+    assert live.cluster.calls[-1][0] == "uncordon" and "gpu-a-02  ready" in screen(app)
+
+
+async def test_drain_asks_and_only_y_goes_on(app, live):
+    await open_view(app, "Nodes")
+    await keys(app, "down", "enter")
+    await choose(app, "Drain")
+    await keys(app, "enter")  # the reason may stay empty; then the question
+    text = screen(app)
+    assert "Are you sure?" in text and "Drain gpu-a-02? Its replicas move off it." in text
+    assert bottom(app) == "Y yes, go on  any other key: no"
+    calls = list(live.cluster.calls)
+    await keys(app, "n")
+    assert live.cluster.calls == calls
+    # The form is still there, as it was; any key but Y (Enter too) says no again.
+    assert "Drain gpu-a-02" in screen(app)
+    await keys(app, "enter", "enter")
+    assert live.cluster.calls == calls
+    await keys(app, "enter", "y")
+    assert live.cluster.calls[-1][0] == "drain"
+    assert not app.dialogs and "gpu-a-02  draining" in screen(app)
+
+
+async def test_remove_node_asks_then_shows_the_refusal_word_for_word(app, live):
+    await open_view(app, "Nodes")
+    await keys(app, "enter")
+    await choose(app, "Remove")
+    assert "Remove gpu-a-01 from the cluster?" in screen(app)
+    await keys(app, "Y")
+    text = screen(app)
+    assert "Refused" in text and "gpu-a-01 still runs 1 replica(s); drain it first" in text
+    await keys(app, "enter")
+    assert not app.dialogs and "gpu-a-01" in screen(app)
+
+
+async def test_scale_form_says_what_is_wrong_and_sends_nothing_until_right(app, live):
+    await open_view(app, "Models")
+    await keys(app, "enter")
+    await choose(app, "Replicas")
+    text = screen(app)
+    assert "Scale qwen-small" in text
+    # Filled with what is set now.
+    assert "Min           1" in text and "Max           2" in text and "◀ no ▶" in text and "30m" in text
+    calls = list(live.cluster.calls)
+    await type_in(app, "two")
+    await keys(app, "tab", "tab", "tab", "tab", "enter")  # to Apply
+    assert "Min: expected a whole number, got 'two'" in screen(app)
+    await keys(app, "tab", "tab")  # from Apply, past Cancel, round to Min
+    await type_in(app, "5")
+    await keys(app, "tab", "tab", "tab", "tab", "enter")
+    assert "Min: 5 is more than Max (2); a Max of 0 stops the model" in screen(app)
+    await keys(app, "up", "up", "up", "up")
+    await type_in(app, "1")
+    await keys(app, "down", "down", "right")  # On demand: yes, with Min 1
+    await keys(app, "down", "down", "enter")
+    assert "On demand: Min must be 0 for a model loaded on demand" in screen(app)
+    await keys(app, "up", "up", "left", "down")
+    await type_in(app, "soon")
+    await keys(app, "down", "enter")
+    assert "Idle timeout: expected a duration like 5s, got 'soon'" in screen(app)
+    await keys(app, "up")
+    await type_in(app, "30m")
+    await keys(app, "down", "enter")
+    assert "Nothing changed; nothing was sent." in screen(app)
+    assert live.cluster.calls == calls
+    await keys(app, "up", "up", "up", "up")
+    await type_in(app, "2")
+    await keys(app, "tab", "tab", "tab", "tab", "enter")
+    assert live.cluster.calls[-1][0] == "scale_model" and live.cluster.calls[-1][1][1]["min"] == 2
+    assert status(app) == "qwen-small: scaled; ready, 2/2 ready (min 2, max 2)"
+    await open_view(app, "Overview")
+    await app.model.refresh_now("summary")
+    assert "replicas: 2 ready" in screen(app)
+
+
+async def test_add_a_model_from_a_file_refusals_word_for_word(app, live, tmp_path):
+    await open_view(app, "Models")
+    await keys(app, "A")
+    assert "Add a model" in screen(app)
+    await type_in(app, str(tmp_path / "nope.yaml"))
+    await keys(app, "tab", "tab", "enter")
+    wide = (240, 50)  # the paths are long
+    assert f"cannot read {tmp_path / 'nope.yaml'}: No such file or directory" in screen(app, wide)
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nprofiles: [{gpus: two}]\n")
+    await keys(app, "tab", "tab")
+    await type_in(app, str(bad))
+    await keys(app, "tab", "tab", "enter")
+    text = screen(app)
+    assert "Refused" in text and "profiles[0].gpus: expected an integer, got 'two'" in text
+    await keys(app, "enter")  # the refusal closes; the form is still there
+    assert "Add a model" in screen(app) and str(bad) in screen(app, wide)
+
+    good = tmp_path / "tiny.yaml"
+    good.write_text("name: tiny\nprofiles:\n  - engine: sim\nscaling: {min: 1, max: 1}\n")
+    await keys(app, "tab", "tab")
+    await type_in(app, str(good))
+    await keys(app, "tab", "tab", "enter")
+    assert not app.dialogs and status(app) == "tiny: added; ready, 1/1 ready"
+    assert "tiny        ready   1/1" in screen(app)
+
+    # Removing asks; a model from server.yaml is removed there.
+    await row(app, "tiny")
+    await keys(app, "enter")
+    await choose(app, "Remove")
+    await keys(app, "y")
+    assert live.cluster.calls[-1] == ("remove_model", ("tiny", "ann"))
+    await row(app, "qwen-small")
+    await keys(app, "enter")
+    await choose(app, "Remove")
+    assert "qwen-small is declared in server.yaml: remove it there" in screen(app)
+
+
+async def test_restart_a_model_and_restart_all(app, live):
+    await open_view(app, "Models")
+    await keys(app, "enter")
+    await choose(app, "Restart")
+    await keys(app, "right", "tab", "enter")
+    assert live.cluster.calls[-1] == ("restart_model", ("qwen-small", True, "ann"))
+    assert "qwen-small: restarting qwen-small-0001" in screen(app)
+    await keys(app, "enter")
+
+    await open_view(app, "Restart all replicas")
+    assert "Models with replicas: qwen-small" in screen(app)
+    await keys(app, "enter")
+    assert "Restart the replicas of 1 model(s)?" in screen(app)
+    await keys(app, "y")
+    assert live.cluster.calls[-1] == ("restart_model", ("qwen-small", False, "ann"))
+    assert "qwen-small: restarting qwen-small-0001" in screen(app)
+
+
+async def test_q_leaves_and_ctrl_c_leaves_even_from_a_dialog(app):
+    await open_view(app, "Leave")
+    await keys(app, "enter")
+    assert app.done
+    app.done = False
+    await open_view(app, "Nodes")
+    await keys(app, "enter")
+    assert app.dialogs
+    await keys(app, "ctrl c")
+    assert app.done
+    app.done = False
+    await keys(app, "esc", "Q")
+    assert app.done
+
+
+async def test_question_mark_opens_this_manual_page_from_anywhere(app):
+    await open_view(app, "Nodes")
+    await keys(app, "?")
+    assert app.view.title == "Manual" and app.in_panel
+    assert "The console (console)" in screen(app)
+    await keys(app, "left")
+    assert "PAGE" in screen(app) and "console" in screen(app)
