@@ -14,6 +14,7 @@ the store closes.
 
 from __future__ import annotations
 
+import logging
 import functools
 import inspect
 from collections.abc import AsyncIterator

@@ -28,9 +28,10 @@ class Actions:
     def _changed(self, names: Iterable[str]) -> None:
         self.model.refresh([*names, "summary", "audit"])
 
-    async def _call(self, names: Iterable[str], method: str, path: str, body: Any = None, **query: Any) -> Any:
+    async def _call(self, names: Iterable[str], method: str, endpoint: str, body: Any = None, /,
+                    **query: Any) -> Any:
         try:
-            return await self.api.request(method, path, body=body, query=query)
+            return await self.api.request(method, endpoint, body=body, query=query)
         finally:
             # A refusal is recorded in the audit log too, so read again either way.
             self._changed(names)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -129,4 +130,7 @@ def _decode(raw: bytes, content_type: str) -> Any:
 
 def _reason(exc: BaseException) -> str:
     inner = getattr(exc, "os_error", None) or exc
+    errno = getattr(inner, "errno", None)
+    if errno:
+        return os.strerror(errno)
     return getattr(inner, "strerror", None) or str(inner) or type(inner).__name__

@@ -137,8 +137,8 @@ class ConsoleModel:
             w = self.watched[name]
             if w.error:
                 age = self.age(name)
-                since = f"; showing what was read {age:.0f}s ago" if age is not None else ""
-                return f"{name}: {w.error}{since}"
+                shown = f"showing what was read {age:.0f}s ago · " if age is not None else ""
+                return f"{shown}{name}: {w.error}"
         for name in names:
             w = self.watched[name]
             if w.reading and w.started_at is not None and self.clock() - w.started_at > 2:
