@@ -22,7 +22,7 @@ screen to a canvas; docs/console.md is the operator's page.
 
 from __future__ import annotations
 
-__all__ = ["ConsoleApp", "run_console"]
+__all__ = ["ConsoleApp"]
 
 
 def __getattr__(name: str):  # the app pulls in urwid; importing the package should not

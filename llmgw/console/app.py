@@ -30,7 +30,7 @@ from llmgw.console.views import GROUPS
 from llmgw.console.views.base import View
 from llmgw.console.widgets import Confirm, Dialog, Form, Menu, Message, Sidebar
 
-__all__ = ["PALETTE", "ConsoleApp", "REFRESH_S"]
+__all__ = ["PALETTE", "REFRESH_S", "ConsoleApp"]
 
 log = logging.getLogger("llmgw.console")
 
@@ -202,7 +202,7 @@ class ConsoleApp:
         self._note = ""
         try:
             self._keypress(size, key)
-        except Exception as exc:  # noqa: BLE001 - a fault of the console is shown, not a crash
+        except Exception as exc:
             log.exception("console: key %r failed", key)
             self.show("The console failed", [f"{type(exc).__name__}: {exc}",
                                               "What was on screen is unchanged; the log has the details."],
@@ -365,7 +365,7 @@ class ConsoleApp:
                     on_refusal()
                 self._note = ""
                 self.refused(exc.message)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.exception("console: a change failed")
                 if on_refusal is not None:
                     on_refusal()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-__all__ = ["Binding", "KEYMAP", "hints", "resolve"]
+__all__ = ["KEYMAP", "Binding", "hints", "resolve"]
 
 
 @attrs.frozen

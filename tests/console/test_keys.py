@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import choose, keys, open_view, row, screen, type_in
+from console_screen import choose, keys, open_view, row, screen, type_in
 
 
 def bottom(app) -> str:
@@ -206,3 +206,31 @@ async def test_question_mark_opens_this_manual_page_from_anywhere(app):
     assert "The console (console)" in screen(app)
     await keys(app, "left")
     assert "PAGE" in screen(app) and "console" in screen(app)
+
+
+async def test_a_adds_from_the_sidebar_too_and_pgdn_scrolls(app):
+    await keys(app, "down", "down", "down")
+    assert app.view.title == "Models" and not app.in_panel
+    await keys(app, "A")
+    assert "Add a model" in screen(app)
+    await keys(app, "esc")
+    view = await open_view(app, "Manual")
+    first = view.list.focused.key
+    await keys(app, "page down")
+    assert view.list.focused.key != first
+    await keys(app, "page up")
+    assert view.list.focused.key == first
+
+
+async def test_a_fault_of_the_console_is_shown_not_a_crash(app, monkeypatch):
+    await open_view(app, "Nodes")
+
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(app.view, "act", broken)
+    await keys(app, "enter")
+    text = screen(app)
+    assert "The console failed" in text and "RuntimeError: a bug" in text
+    await keys(app, "enter")
+    assert not app.dialogs and app.view.title == "Nodes"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import keys, open_view, screen, type_in
+from console_screen import keys, open_view, screen, type_in
 
 from llmgw.console.model.manual import page_named
 from llmgw.manual import pages

@@ -7,7 +7,7 @@ import argparse
 import asyncio
 
 import pytest
-from conftest import keys, open_view, screen
+from console_screen import keys, open_view, screen
 
 from llmgw.admin.testing import free_port
 from llmgw.cli import main as cli_main
@@ -33,8 +33,9 @@ async def test_a_failing_api_keeps_what_was_read_and_says_why(tmp_path):
         await app.model.refresh_now("nodes", "summary")
         text = screen(app)
         assert "gpu-a-01  ready" in text  # still shown
-        assert screen(app, (200, 40)).splitlines()[-2].strip() == (f"showing what was read 12s ago · nodes: cannot reach the admin API at {live.url} "
-                               "(Connection refused); is llmgw server running there? (--admin or $LLMGW_ADMIN_URL)")
+        line = screen(app, (200, 40)).splitlines()[-2].strip()
+        assert line == (f"showing what was read 12s ago · nodes: cannot reach the admin API at {live.url} "
+                        "(Connection refused); is llmgw server running there? (--admin or $LLMGW_ADMIN_URL)")
         await keys(app, "left", "down")  # the screen still answers
         assert app.view.title == "GPUs"
     finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import choose, keys, open_view, row, screen, type_in
+from console_screen import choose, keys, open_view, row, screen, type_in
 
 
 def status(app) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from conftest import choose, keys, open_view, screen
+from console_screen import choose, keys, open_view, screen
 
 from llmgw.store import UsageRow
 
@@ -129,7 +129,7 @@ async def test_quotas_accounts_keys_orgs_audit_and_settings_render(app):
 
 async def test_jobs_logs_and_back_up_say_what_is_missing(app):
     for title, words in (("Jobs", "no jobs endpoint"), ("Logs", "does not serve agents' logs"),
-                         ("Back up now", "no backup endpoint")):
+                         ("Back up now", "no backup endpoint"), ("Leave", "The cluster keeps running")):
         await open_view(app, title)
         assert words in screen(app)
 

@@ -5,5 +5,14 @@ from llmgw.console.model.actions import Actions, read_model_definition
 from llmgw.console.model.api import AdminApi, AdminError, admin_token_found
 from llmgw.console.model.watched import USAGE_GROUPINGS, ConsoleModel, Watched, scope_of
 
-__all__ = ["Actions", "AdminApi", "AdminError", "ConsoleModel", "USAGE_GROUPINGS", "Watched",
-           "admin_token_found", "read_model_definition", "scope_of"]
+__all__ = [
+           "USAGE_GROUPINGS",
+           "Actions",
+           "AdminApi",
+           "AdminError",
+           "ConsoleModel",
+           "Watched",
+           "admin_token_found",
+           "read_model_definition",
+           "scope_of",
+]

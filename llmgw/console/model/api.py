@@ -14,7 +14,6 @@ carries the server's own sentence, word for word.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 from collections.abc import Mapping
@@ -93,7 +92,7 @@ class AdminApi:
                     message = answer.get("error") if isinstance(answer, dict) else None
                     raise AdminError(message or f"{resp.status} {resp.reason}", resp.status)
                 return answer
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AdminError(f"the admin API at {self.url} did not answer within {self.timeout:g}s") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise AdminError(f"cannot reach the admin API at {self.url} ({_reason(exc)}); is llmgw server "

@@ -18,7 +18,7 @@ import attrs
 
 from llmgw.console.model.api import AdminApi, AdminError
 
-__all__ = ["ConsoleModel", "USAGE_GROUPINGS", "Watched", "scope_of"]
+__all__ = ["USAGE_GROUPINGS", "ConsoleModel", "Watched", "scope_of"]
 
 #: How Usage may be grouped, in the order → goes through them.
 USAGE_GROUPINGS = ("org", "team", "project")

@@ -21,8 +21,8 @@ class RestartAllView(TextView):
     def lines(self) -> list[Any]:
         names = self._running()
         return [("title", "Restart all replicas"), "",
-                "Every model's replicas are restarted one at a time, each replacement up before the one it "
-                "replaces stops, so the models keep answering.", "",
+                ("Every model's replicas are restarted one at a time, each replacement up before the one it "
+                "replaces stops, so the models keep answering."), "",
                 "Models with replicas: " + (", ".join(names) or "none"), "",
                 ("dim", "Enter restarts them after asking; `llmgw ctl model restart NAME` does one model.")]
 
@@ -41,11 +41,11 @@ class BackUpView(TextView):
 
     def lines(self) -> list[Any]:
         return [("title", "Back up now"), "",
-                ("warn", "Not from here yet: the admin API has no backup endpoint, and llmgw has no backup "
-                         "command yet."), "",
-                "Until then, back up the store with its own tools: for SQLite, `sqlite3 FILE \".backup COPY\"` "
+                ("warn", ("Not from here yet: the admin API has no backup endpoint, and llmgw has no backup "
+                         "command yet.")), "",
+                ("Until then, back up the store with its own tools: for SQLite, `sqlite3 FILE \".backup COPY\"` "
                 "(safe while the server runs); for PostgreSQL, pg_dump. Keep a copy of /etc/llmgw (server.yaml, "
-                "the certificates and the admin token) with it."]
+                "the certificates and the admin token) with it.")]
 
 
 class LeaveView(TextView):

@@ -33,8 +33,8 @@ class OverviewView(TextView):
             if c["attention"]:
                 lines += ["", ("warn", "Needs a look:")]
                 lines += [("warn", f"  {a['name']}: {a['status']}: {a['reason']}") for a in c["attention"]]
-        lines += ["", f"last 24h: {s['requests_24h']} requests, {s['tokens_24h']} tokens, "
-                      f"{money(s['cost_micros_24h'], s['currency'])}",
+        lines += ["", (f"last 24h: {s['requests_24h']} requests, {s['tokens_24h']} tokens, "
+                      f"{money(s['cost_micros_24h'], s['currency'])}"),
                   "", ("dim", "The same as `llmgw ctl status`; read again every 3 seconds.")]
         return lines
 
@@ -180,9 +180,9 @@ class ReplicasView(TableView):
 
 
 def replica_lines(r: dict[str, Any]) -> list[str]:
-    lines = [f"{r['id']}: {r['state']} for {r['for_s']:.0f}s", f"model {r['model']}, profile {r['profile'] or '-'}, "
-             f"engine {r['engine'] or '-'}", f"node {r['node']}, port {r['port'] or '-'}, "
-             f"GPUs {','.join(map(str, r['gpus'])) or 'none'}, {r['cores']} cores, {gib(r['memory_bytes'])} memory"]
+    lines = [f"{r['id']}: {r['state']} for {r['for_s']:.0f}s", (f"model {r['model']}, profile {r['profile'] or '-'}, "
+             f"engine {r['engine'] or '-'}"), (f"node {r['node']}, port {r['port'] or '-'}, "
+             f"GPUs {','.join(map(str, r['gpus'])) or 'none'}, {r['cores']} cores, {gib(r['memory_bytes'])} memory")]
     if r.get("replaces"):
         lines.append(f"replaces {r['replaces']}")
     if r.get("stopping_because"):
@@ -198,8 +198,8 @@ def restart_form(app: Any, model: str) -> None:
              [ChoiceField("in_place", "How", ["a replacement first, then the old one stops",
                                               "in place: stop and start each where it is"], values=[False, True])],
              lambda v: app.actions.restart(model, v["in_place"]),
-             done=lambda r: app.show("Restarting", [f"{r['model']}: restarting "
-                                                    f"{', '.join(r['replicas']) or 'nothing (no replica runs)'}"]),
+             done=lambda r: app.show("Restarting", [(f"{r['model']}: restarting "
+                                                    f"{', '.join(r['replicas']) or 'nothing (no replica runs)'}")]),
              intro=["One at a time. `llmgw ctl model restart` does the same."], apply_label="Restart")
 
 
@@ -217,11 +217,11 @@ class JobsView(_MissingView):
     text = (
         "Jobs would follow models being served or moved to new weights on the control plane.",
         "",
-        ("warn", "This control plane's admin API has no jobs endpoint (no GET /api/v1/jobs), so there is "
-                 "nothing to follow here yet."),
+        ("warn", ("This control plane's admin API has no jobs endpoint (no GET /api/v1/jobs), so there is "
+                 "nothing to follow here yet.")),
         "",
-        "What a change sets going shows in the meantime on Models (ready against wanted, status) and Replicas "
-        "(starting, ready, stopping); Audit records each change and how it ended.",
+        ("What a change sets going shows in the meantime on Models (ready against wanted, status) and Replicas "
+        "(starting, ready, stopping); Audit records each change and how it ended."),
     )
 
 
@@ -230,9 +230,9 @@ class LogsView(_MissingView):
     text = (
         "Logs would show a node's agent log, newest at the bottom, errors and warnings coloured.",
         "",
-        ("warn", "The admin API does not serve agents' logs (no GET /api/v1/nodes/{node}/logs), so the console "
-                 "cannot show them yet."),
+        ("warn", ("The admin API does not serve agents' logs (no GET /api/v1/nodes/{node}/logs), so the console "
+                 "cannot show them yet.")),
         "",
-        "Read them on the node, from whatever runs the agent (for a systemd unit, journalctl -u with its name). "
-        "Why a model does not start is on Models: Why is it placed where it is shows the engine's last lines.",
+        ("Read them on the node, from whatever runs the agent (for a systemd unit, journalctl -u with its name). "
+        "Why a model does not start is on Models: Why is it placed where it is shows the engine's last lines."),
     )

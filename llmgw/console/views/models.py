@@ -52,7 +52,8 @@ def explain_lines(info: dict[str, Any]) -> list[Any]:
         d = info.get(key)
         if not d:
             continue
-        lines.append(f"{title}: " + (f"on {d['placed_on']}" if d["placed_on"] else d["summary"] or "no node can run it"))
+        where = f"on {d['placed_on']}" if d["placed_on"] else d["summary"] or "no node can run it"
+        lines.append(f"{title}: {where}")
         if d["placed_on"] and d["why"]:
             lines.append(f"  because: {d['why']}")
         lines += [f"  {sentence}" for sentence in d["rejections"]]

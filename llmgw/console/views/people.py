@@ -67,8 +67,8 @@ class AccountsView(TableView):
     def details(self, email: str) -> None:
         def shown(d: dict[str, Any]) -> None:
             u = d["user"]
-            lines: list[Any] = [("title", f"{u['name']} <{u['email']}>"), f"id {u['id']}, {u['state']}, staff role "
-                                f"{u['role']}, password {'set' if u['has_password'] else 'none (single sign-on)'}",
+            lines: list[Any] = [("title", f"{u['name']} <{u['email']}>"), (f"id {u['id']}, {u['state']}, staff role "
+                                f"{u['role']}, password {'set' if u['has_password'] else 'none (single sign-on)'}"),
                                 f"since {when(u['created_at'])}", ""]
             lines += [f"{m['role']} of {m['scope_kind']} {m['path']}" for m in d["memberships"]] or ["in nothing yet"]
             self.app.show(f"Account {email}", lines)
@@ -86,8 +86,8 @@ class AccountsView(TableView):
         self.app.form(f"Staff role of {u['email']}", [ChoiceField("role", "Role", list(STAFF_ROLES), u["role"])],
                       lambda v: self.actions.user_role(u["email"], v["role"]),
                       done=lambda u2: self.app.note(f"{u2['email']}: {u2['role']}"),
-                      intro=["viewer looks, operator runs the cluster, billing sees usage and quotas, admin does "
-                             "anything."])
+                      intro=[("viewer looks, operator runs the cluster, billing sees usage and quotas, admin does "
+                             "anything.")])
 
     def add_member(self, email: str) -> None:
         self.app.form(f"Add {email} to…", [
@@ -219,8 +219,8 @@ class AuditView(TableView):
 
 
 def audit_lines(e: dict[str, Any]) -> list[Any]:
-    lines: list[Any] = [("title", f"{e['action']} {e['target']}"), f"at {when(e['at'])} by {e['actor']} through "
-                        f"{e['via'] or 'api'}: {e['outcome'] or '-'}"]
+    lines: list[Any] = [("title", f"{e['action']} {e['target']}"), (f"at {when(e['at'])} by {e['actor']} through "
+                        f"{e['via'] or 'api'}: {e['outcome'] or '-'}")]
     if e.get("reason"):
         lines.append(("error", f"refused: {e['reason']}"))
     if e.get("detail"):

@@ -83,8 +83,8 @@ class SettingsView(View):
             return
         s = node.setting or {}
         kind = s["type"] + (f" ({', '.join(s['choices'])})" if s.get("choices") else "")
-        lines: list[Any] = [("title", s["key"]), f": {s['doc']}\n", f"type {kind}; server.yaml says "
-                            f"{_shown(s['file_value'])}"]
+        lines: list[Any] = [("title", s["key"]), f": {s['doc']}\n", (f"type {kind}; server.yaml says "
+                            f"{_shown(s['file_value'])}")]
         if s["source"] == "store":
             lines.append(f"; set here to {_shown(s['value'])} by {s.get('actor') or '?'} "
                          f"at {when(s.get('updated_at'))} (U puts server.yaml's back)")

@@ -24,8 +24,8 @@ class UsageView(TableView):
     contexts = ("usage", "panel")
 
     def caption_text(self) -> Any:
-        return [f"Usage, the last 24 hours by {self.model.usage_by}", ("dim", " · → groups by the next of "
-                "org, team, project · E exports CSV · llmgw ctl usage")]
+        return [f"Usage, the last 24 hours by {self.model.usage_by}", ("dim", (" · → groups by the next of "
+                "org, team, project · E exports CSV · llmgw ctl usage"))]
 
     def rows(self) -> list[Row]:
         report = self.model.data("usage")
@@ -137,10 +137,12 @@ class QuotasView(TableView):
 
     def row_actions(self, row: Row) -> list[Action]:
         quota = next((q for q in self.model.data("quotas", []) if q["scope"] == row.key), None)
-        return [("Change…", lambda: self.edit(quota)),
-                ("Remove…", lambda: self.app.ask([f"Take {row.key}'s capacity quota away?"],
-                                                 lambda: self.app.run(self.actions.remove_quota(row.key),
-                                                                      lambda q: self.app.note(f"{row.key}: no quota"))))]
+        return [("Change…", lambda: self.edit(quota)), ("Remove…", lambda: self.remove(row.key))]
+
+    def remove(self, scope: str) -> None:
+        self.app.ask([f"Take {scope}'s capacity quota away?"],
+                     lambda: self.app.run(self.actions.remove_quota(scope),
+                                          lambda q: self.app.note(f"{scope}: no quota")))
 
     def add(self) -> None:
         self.edit(None)

@@ -139,6 +139,24 @@ class ChoiceField:
 Field = TextField | ChoiceField
 
 
+class Note(urwid.WidgetWrap):
+    """A line said in the form (a mistake, "sending…") that takes no room while there is nothing to say."""
+
+    def __init__(self, attr: str = "error") -> None:
+        self.text = urwid.Text("")
+        self._attr = attr
+        self._holder = urwid.WidgetPlaceholder(urwid.Pile([]))
+        super().__init__(self._holder)
+
+    def set_text(self, text: str) -> None:
+        self.text.set_text(text)
+        self._holder.original_widget = urwid.AttrMap(self.text, self._attr) if text else urwid.Pile([])
+
+    @property
+    def said(self) -> str:
+        return self.text.text
+
+
 class Form(Dialog):
     hints = "Tab/↓ next  ↑ before  ←→ choose  Enter on Apply sends  Esc cancel"
 
@@ -153,17 +171,17 @@ class Form(Dialog):
         rows: list[urwid.Widget] = [urwid.Text(line) for line in intro]
         if intro:
             rows.append(urwid.Divider())
-        self.errors: dict[str, urwid.Text] = {}
+        self.errors: dict[str, Note] = {}
         self._field_rows: list[int] = []
         for f in self.fields:
             self._field_rows.append(len(rows))
             rows.append(urwid.Columns([(width, urwid.Text(f.label)), f.editor]))
-            self.errors[f.name] = urwid.Text("")
-            rows.append(urwid.AttrMap(self.errors[f.name], "error"))
+            self.errors[f.name] = Note()
+            rows.append(self.errors[f.name])
             if f.hint:
                 rows.append(urwid.Padding(urwid.AttrMap(urwid.Text(f.hint), "dim"), left=width))
-        self.problem = urwid.Text("")
-        rows.append(urwid.AttrMap(self.problem, "error"))
+        self.problem = Note()
+        rows += [urwid.Divider(), self.problem]
         self.apply_button = urwid.AttrMap(SelectableText(f"[ {apply_label} ]"), "button", "focus")
         self.cancel_button = urwid.AttrMap(SelectableText("[ Cancel ]"), "button", "focus")
         self.buttons = urwid.Columns([("pack", self.apply_button), ("pack", self.cancel_button)], dividechars=2)
