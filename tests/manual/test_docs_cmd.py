@@ -24,3 +24,13 @@ def test_a_near_miss_names_the_closest_page(capsys):
     assert main(["docs", "configuraton"]) == 2
     err = capsys.readouterr().err
     assert "configuraton" in err and "configuration" in err
+
+
+def test_the_index_links_every_page_and_only_pages_that_exist():
+    import re
+
+    index = (DOCS / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([a-z0-9-]+)\.md\)", index))
+    pages = {p.stem for p in DOCS.glob("*.md")} - {"index"}
+    assert linked - pages == set(), "index.md links pages that do not exist"
+    assert pages - linked == set(), "pages missing from index.md"
