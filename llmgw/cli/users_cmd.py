@@ -36,13 +36,14 @@ def register(sub) -> None:
     lister.add_argument("--role", choices=STAFF_ROLES, help="only people with this staff role")
     _common(lister, _list)
 
-    for name, state, text in (
-        ("suspend", "suspended", "Suspend a person: their keys stop working (403) until reinstated."),
-        ("activate", "active", "Reinstate a suspended person, or approve one waiting."),
+    for name, state, was, text in (
+        ("suspend", "suspended", None, "Suspend a person: their keys stop working (403) until reinstated."),
+        ("activate", "active", None, "Reinstate a suspended person, or approve one waiting."),
+        ("approve", "active", "pending", "Approve a person who signed up on the portal and is waiting."),
     ):
         p = commands.add_parser(name, help=text, description=text)
         p.add_argument("user", metavar="USER", help="email or id")
-        p.set_defaults(state=state)
+        p.set_defaults(state=state, required_state=was)
         _common(p, _state)
 
     role = commands.add_parser("role", help="Give a person a staff role.",
@@ -85,7 +86,7 @@ def _common(parser: argparse.ArgumentParser, fn) -> None:
 def _usage(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:
         parser.print_usage(sys.stderr)
-        print("llmgw users: name a subcommand: create, list, suspend, activate, role, add-member, remove-member"
+        print("llmgw users: name a subcommand: create, list, suspend, activate, approve, role, add-member, remove-member"
               " or reset-link", file=sys.stderr)
         return 2
 
@@ -129,6 +130,12 @@ async def _list(args, tenancy) -> int:
 
 
 async def _state(args, tenancy) -> int:
+    if args.required_state:
+        current = await tenancy.find_user(args.user)
+        if current.state != args.required_state:
+            print(f"llmgw users: {current.email} is {current.state}, not waiting for approval; "
+                  f"nothing changed", file=sys.stderr)
+            return 2
     user = await tenancy.set_user_state(args.user, args.state)
     if args.json:
         print_json(user_json(user))

@@ -185,3 +185,10 @@ def test_the_actor_is_in_the_audit_log(capsys, store_args) -> None:
 
     [event] = asyncio.run(audit())
     assert (event.actor, event.action, event.detail["path"]) == ("alice", "org.create", "acme")
+
+
+def test_approve_lets_a_waiting_person_in_and_refuses_anyone_else(capsys, store_args) -> None:
+    ok(capsys, "users", "create", "ayse@example.com", "--pending", *store_args)
+    assert ok_json(capsys, "users", "approve", "ayse@example.com", *store_args)["state"] == "active"
+    message = refused(capsys, "users", "approve", "ayse@example.com", *store_args)
+    assert "not waiting for approval" in message and "nothing changed" in message
