@@ -9,9 +9,7 @@ from llmgw.cli.common import add_json_flag, not_built, print_json, print_table
 
 HELP = "Measure llmgw against what a user would use instead (gateway, routing, placement), and its guardrails."
 #: Benchmarks still to come, each answering "not built yet" until it lands.
-LATER = {
-    "placement": "Placement against first fit: cards used, models placed.",
-}
+LATER: dict[str, str] = {}
 
 
 def register(sub) -> None:
@@ -34,6 +32,7 @@ def register(sub) -> None:
     guard.set_defaults(handler=run_guard)
     _register_gateway(benches)
     _register_routing(benches)
+    _register_placement(benches)
 
     for name, text in LATER.items():
         later = benches.add_parser(name, help=text, description=text)
@@ -43,7 +42,8 @@ def register(sub) -> None:
 def _usage(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:
         parser.print_usage(sys.stderr)
-        print(f"llmgw bench: name a benchmark: guard, gateway, routing, {', '.join(LATER)}", file=sys.stderr)
+        names = ", ".join(["guard", "gateway", "routing", "placement", *LATER])
+        print(f"llmgw bench: name a benchmark: {names}", file=sys.stderr)
         return 2
 
     return handler
@@ -218,3 +218,36 @@ def run_routing(args: argparse.Namespace):
         return 0
 
     return main()
+
+
+def _register_placement(benches) -> None:
+    text = ("Time a full placement pass and a single decision on synthetic clusters of mixed GPU classes, "
+            "for growing node counts, and compare the packing with a naive first fit.")
+    p = benches.add_parser("placement", help="Placement against first fit: time per decision, packing.",
+                           description=text)
+    p.add_argument("--nodes", default="10,100,1000", metavar="LIST",
+                   help="cluster sizes, comma-separated (default 10,100,1000; 10000 takes most of an hour)")
+    p.add_argument("--replicas-per-node", type=float, default=2.0, metavar="R",
+                   help="replicas a pass places, per node (default 2: about 70%% of the cards)")
+    p.add_argument("--seed", type=int, default=7, help="the cluster's and the requests' seed")
+    add_json_flag(p)
+    p.set_defaults(handler=run_placement)
+
+
+def run_placement(args: argparse.Namespace) -> int:
+    from llmgw.bench import placement
+    from llmgw.cli.main import UsageError
+
+    try:
+        sizes = tuple(int(n) for n in args.nodes.split(",") if n.strip())
+        bench = placement.PlacementBench(sizes=sizes, replicas_per_node=args.replicas_per_node, seed=args.seed)
+    except ValueError as exc:
+        raise UsageError(str(exc) if "--" in str(exc) else f"--nodes: whole numbers, got {args.nodes!r}") from None
+    report = placement.run(bench, _say)
+    if args.json:
+        print_json(report)
+    else:
+        rows, columns = placement.table(report)
+        print_table(rows, columns)
+        print("\n" + "\n".join(placement.headline(report)))
+    return 0

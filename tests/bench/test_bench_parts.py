@@ -1,12 +1,14 @@
-"""The benchmarks' parts that need no process: statistics, wrk's script and output, workloads, configs."""
+"""The benchmarks' parts that need no process: statistics, wrk's script and output, workloads, configs,
+and the placement benchmark, which runs in process on synthetic clusters."""
 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
-from llmgw.bench import gateway, procs, routing, wrk
+from llmgw.bench import gateway, placement, procs, routing, wrk
 from llmgw.bench.stats import Outcome, latency_summary, percentile, ratio
 from llmgw.bench.workloads import MultiTurn, SharedPrefix, chat_body
 from llmgw.cli.main import main
@@ -151,10 +153,36 @@ def test_engine_counters_are_read_from_vllm_metric_names():
     assert routing.parse_counters(text) == {"hits": 300.0, "queries": 400.0, "requests": 8.0}
 
 
-def test_bad_options_are_usage_errors_and_placement_is_not_built(capsys):
+def test_bad_options_are_usage_errors(capsys):
     assert main(["bench", "gateway", "--client", "wrk", "--stream"]) == 2
     assert "wrk measures neither" in capsys.readouterr().err
     assert main(["bench", "routing", "--policies", "nope"]) == 2
     assert "--policies" in capsys.readouterr().err
-    assert main(["bench", "placement"]) == 2
-    assert "not built yet" in capsys.readouterr().err
+    assert main(["bench", "placement", "--nodes", "ten"]) == 2
+    assert "--nodes" in capsys.readouterr().err
+
+
+def test_placement_on_small_clusters_places_what_fits_and_reports_growth(capsys):
+    assert main(["bench", "placement", "--nodes", "8,24", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    small, large = report["runs"]
+    assert (small["nodes"], large["nodes"], large["replicas"]) == (8, 24, 48)
+    for run in report["runs"]:
+        assert run["pass_ms"] > 0 and run["decision_ms"] > 0
+        for result in (run["llmgw"], run["first_fit"]):
+            assert 0 < result["placed"] <= run["replicas"]
+            assert 0.0 < result["gpu_use"] <= 1.0 and result["worst_stack"] >= 1
+        # llmgw spreads a model's replicas; first fit stacks them on the first node with room.
+        assert run["llmgw"]["worst_stack"] <= run["first_fit"]["worst_stack"]
+    assert large["nodes_growth"] == 3.0 and large["pass_growth"] > 0
+
+
+def test_first_fit_takes_the_first_node_with_room():
+    from llmgw.control.catalog import parse_model
+
+    nodes = placement.cluster(6, random.Random(3))
+    one_card = parse_model({"name": "small", "profiles": [{"name": "any", "engine": "vllm", "gpus": 1}]})
+    held = placement.first_fit([one_card] * 3, nodes)
+    first_gpu_node = min(n.id for n in nodes if n.gpus)
+    assert [h.node for h in held] == [first_gpu_node] * 3 and [h.gpus for h in held] == [(0,), (1,), (2,)]
+    assert placement.quality(held, nodes)["worst_stack"] == 3

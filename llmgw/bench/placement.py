@@ -1,0 +1,246 @@
+"""`llmgw bench placement`: how long placement takes on large clusters, and how well it packs.
+
+A synthetic cluster of N nodes (mixed GPU classes and CPU-only nodes, in
+racks of 20) and a catalog of models of every size are built from a seed.
+Then a full placement pass asks for R replicas, one after another, as the
+reconciler does when a control plane starts: each decision sees what the
+ones before it hold. `llmgw.control.placement.place` makes the decisions;
+a naive first fit (the first node, by id, with room) makes them again on a
+copy, for comparison.
+
+What it reports per cluster size: the pass's time and one decision's time
+on the full cluster, replicas placed, and two measures of quality:
+
+- **big holes**: 8-card nodes left wholly free, i.e. how many more 8-GPU
+  replicas could still start. Packing small replicas tightly keeps these.
+- **worst stack**: the most replicas of one model on one node. Fewer is
+  better: a node that fails takes fewer of a model's replicas with it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+import time
+
+import attrs
+
+from llmgw.bench.stats import describe_machine, machine, ratio
+from llmgw.config.server import ModelConfig, Profile
+from llmgw.control.catalog import parse_model
+from llmgw.control.inventory import Node
+from llmgw.control.placement import RACK_LABEL, Holding, place
+from llmgw.wire.messages import GpuInfo
+
+GiB = 1 << 30
+#: Node kinds: (share of the cluster, GPU class, cards, cores, memory in GiB, engines).
+NODE_KINDS = (
+    (0.50, "h100-80gb", 8, 96, 1024, ("vllm", "llamacpp")),
+    (0.25, "a100-80gb", 8, 64, 512, ("vllm", "llamacpp")),
+    (0.15, "l4-24gb", 4, 32, 256, ("vllm", "llamacpp")),
+    (0.10, "", 0, 64, 512, ("llamacpp",)),
+)
+#: Model kinds: (share of the replicas asked for, profiles in order of preference).
+MODEL_KINDS = (
+    (0.10, [{"name": "h100", "engine": "vllm", "gpus": 8, "gpu_class": "h100-80gb"},
+            {"name": "a100", "engine": "vllm", "gpus": 8, "gpu_class": "a100-80gb"}]),
+    (0.15, [{"name": "h100", "engine": "vllm", "gpus": 4, "gpu_class": "h100-80gb"},
+            {"name": "a100", "engine": "vllm", "gpus": 4, "gpu_class": "a100-80gb"}]),
+    (0.20, [{"name": "any", "engine": "vllm", "gpus": 2}]),
+    (0.40, [{"name": "l4", "engine": "vllm", "gpus": 1, "gpu_class": "l4-24gb"},
+            {"name": "any", "engine": "vllm", "gpus": 1}]),
+    (0.15, [{"name": "cpu", "engine": "llamacpp", "cores": 8, "memory": "32GiB"}]),
+)
+MODELS_PER_KIND = 20
+
+
+@attrs.frozen
+class PlacementBench:
+    sizes: tuple[int, ...] = (10, 100, 1000)
+    replicas_per_node: float = 2.0
+    decisions_timed: int = 20  # single decisions on the full cluster, for decision_ms
+    seed: int = 7
+
+    def __attrs_post_init__(self) -> None:
+        if not self.sizes or min(self.sizes) < 1:
+            raise ValueError("--nodes: one or more cluster sizes, each at least 1")
+        if self.replicas_per_node <= 0:
+            raise ValueError("--replicas-per-node: more than 0")
+
+
+def cluster(size: int, rng: random.Random) -> list[Node]:
+    """`size` connected nodes, kinds in NODE_KINDS' shares, racks of 20."""
+    kinds = [k for k in NODE_KINDS for _ in range(max(1, round(k[0] * 100)))]
+    nodes = []
+    for i in range(size):
+        _, gpu_class, cards, cores, memory, engines = rng.choice(kinds)
+        gpus = tuple(GpuInfo(index=g, gpu_class=gpu_class, name=gpu_class, memory_total_bytes=80 * GiB)
+                     for g in range(cards))
+        nodes.append(Node(id=f"node-{i:05d}", labels={RACK_LABEL: f"rack-{i // 20:04d}"},
+                          engines={e: "1" for e in engines}, gpus=gpus, cores=cores,
+                          memory_total=memory * GiB, memory_available=memory * GiB, connected=True))
+    return nodes
+
+
+def catalog() -> list[tuple[float, list[ModelConfig]]]:
+    """MODELS_PER_KIND models of each kind, with the kind's share."""
+    out = []
+    for k, (share, profiles) in enumerate(MODEL_KINDS):
+        models = [parse_model({"name": f"model-{k}-{i:02d}", "profiles": profiles}) for i in range(MODELS_PER_KIND)]
+        out.append((share, models))
+    return out
+
+
+def asked(count: int, rng: random.Random) -> list[ModelConfig]:
+    """The replicas a pass places, in the order it places them."""
+    kinds = catalog()
+    weights = [share for share, _ in kinds]
+    return [rng.choice(kinds[rng.choices(range(len(kinds)), weights)[0]][1]) for _ in range(count)]
+
+
+# ---------------------------------------------------------------- first fit, for comparison
+
+
+@attrs.define
+class _Free:
+    gpus: dict[str, list[int]]  # class -> free healthy card indexes
+    cores: int
+    memory: int
+    engines: frozenset[str]
+
+
+def first_fit(models: list[ModelConfig], nodes: list[Node]) -> list[Holding]:
+    """The first node by id with room for the first profile that fits anywhere; no spreading."""
+    free = {}
+    for n in nodes:
+        by_class: dict[str, list[int]] = {}
+        for g in n.gpus:
+            by_class.setdefault(g.gpu_class, []).append(g.index)
+        free[n.id] = _Free(by_class, n.cores, n.memory_total, frozenset(n.engines))
+    order = [n.id for n in sorted(nodes, key=lambda n: n.id)]
+    holdings = []
+    for i, model in enumerate(models):
+        spot = _first_spot(model, order, free)
+        if spot is None:
+            continue
+        node_id, profile, cls = spot
+        room = free[node_id]
+        cards = tuple(room.gpus[cls][:profile.gpus]) if profile.gpus else ()
+        if profile.gpus:
+            room.gpus[cls] = room.gpus[cls][profile.gpus:]
+        room.cores -= profile.cores
+        room.memory -= int(profile.memory)
+        holdings.append(Holding(f"ff-{i}", model.name, node_id, gpus=cards, memory=int(profile.memory),
+                                cores=profile.cores))
+    return holdings
+
+
+def _first_spot(model: ModelConfig, order: list[str], free: dict[str, _Free]) -> tuple[str, Profile, str] | None:
+    for profile in model.profiles:
+        engine = profile.engine or model.engine
+        for node_id in order:
+            room = free[node_id]
+            if engine not in room.engines or room.cores < profile.cores or room.memory < int(profile.memory):
+                continue
+            if not profile.gpus:
+                return node_id, profile, ""
+            classes = [profile.gpu_class] if profile.gpu_class else list(room.gpus)
+            for cls in classes:
+                if len(room.gpus.get(cls, ())) >= profile.gpus:
+                    return node_id, profile, cls
+    return None
+
+
+# ---------------------------------------------------------------- quality
+
+
+def quality(holdings: list[Holding], nodes: list[Node]) -> dict:
+    held: dict[str, int] = {}
+    stacks: dict[tuple[str, str], int] = {}
+    for h in holdings:
+        held[h.node] = held.get(h.node, 0) + len(h.gpus)
+        stacks[(h.node, h.model)] = stacks.get((h.node, h.model), 0) + 1
+    used_nodes = {h.node for h in holdings}
+    big_holes = sum(1 for n in nodes if len(n.gpus) == 8 and held.get(n.id, 0) == 0)
+    gpus_total = sum(len(n.gpus) for n in nodes)
+    return {
+        "placed": len(holdings),
+        "gpus_used": sum(held.values()),
+        "gpu_use": round(sum(held.values()) / gpus_total, 3) if gpus_total else 0.0,
+        "nodes_used": len(used_nodes),
+        "big_holes": big_holes,
+        "worst_stack": max(stacks.values(), default=0),
+    }
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run_size(size: int, bench: PlacementBench) -> dict:
+    rng = random.Random(bench.seed * 7919 + size)
+    nodes = cluster(size, rng)
+    models = asked(max(1, round(size * bench.replicas_per_node)), rng)
+    holdings: list[Holding] = []
+    times = []
+    started = time.perf_counter()
+    for i, model in enumerate(models):
+        t0 = time.perf_counter()
+        decision = place(model, nodes, holdings)
+        times.append(time.perf_counter() - t0)
+        p = decision.placement
+        if p is not None:
+            holdings.append(Holding(f"r-{i}", model.name, p.node, gpus=p.gpus, memory=p.memory, cores=p.cores))
+    pass_s = time.perf_counter() - started
+    single = []
+    for model in models[: bench.decisions_timed]:
+        t0 = time.perf_counter()
+        place(model, nodes, holdings)
+        single.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    naive = first_fit(models, nodes)
+    naive_s = time.perf_counter() - t0
+    return {
+        "nodes": size, "replicas": len(models), "gpus": sum(len(n.gpus) for n in nodes),
+        "pass_ms": round(pass_s * 1000, 1),
+        "decision_ms": round(statistics.median(single) * 1000, 3) if single else None,
+        "decision_in_pass_mean_ms": round(statistics.fmean(times) * 1000, 3),
+        "llmgw": quality(holdings, nodes),
+        "first_fit": {**quality(naive, nodes), "pass_ms": round(naive_s * 1000, 1)},
+    }
+
+
+def run(bench: PlacementBench, say=lambda _: None) -> dict:
+    runs = []
+    for size in bench.sizes:
+        say(f"{size} nodes")
+        runs.append(run_size(size, bench))
+    for before, after in itertools.pairwise(runs):
+        after["pass_growth"] = ratio(after["pass_ms"], before["pass_ms"])
+        after["nodes_growth"] = ratio(after["nodes"], before["nodes"])
+    return {"bench": "placement", "settings": attrs.asdict(bench), "machine": machine(), "runs": runs}
+
+
+def table(report: dict) -> tuple[list[dict], list[str]]:
+    rows = []
+    for r in report["runs"]:
+        ours, naive = r["llmgw"], r["first_fit"]
+        rows.append({
+            "nodes": r["nodes"], "replicas": r["replicas"], "pass_ms": r["pass_ms"], "decision_ms": r["decision_ms"],
+            "growth": f"{r['pass_growth']}x for {r['nodes_growth']}x nodes" if "pass_growth" in r else "",
+            "placed": f"{ours['placed']} / {naive['placed']}",
+            "big_holes": f"{ours['big_holes']} / {naive['big_holes']}",
+            "worst_stack": f"{ours['worst_stack']} / {naive['worst_stack']}",
+            "gpu_use": f"{ours['gpu_use']:.2f} / {naive['gpu_use']:.2f}",
+        })
+    return rows, ["nodes", "replicas", "pass_ms", "decision_ms", "growth", "placed", "big_holes", "worst_stack",
+                  "gpu_use"]
+
+
+def headline(report: dict) -> list[str]:
+    return [
+        "placed, big_holes, worst_stack, gpu_use: llmgw's placement / a naive first fit",
+        ("big_holes: 8-card nodes left wholly free (more is better); worst_stack: most replicas of one model "
+         "on one node (fewer is better)"),
+        f"{report['settings']['replicas_per_node']:g} replicas asked per node; {describe_machine(report['machine'])}",
+    ]
