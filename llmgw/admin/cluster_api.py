@@ -27,6 +27,7 @@ from llmgw.admin.cluster_types import (
     ClusterStatus,
     ModelDetail,
     ModelInfo,
+    ModelUpdateList,
     NodeInfo,
     PlacementExplanation,
     ReplicaInfo,
@@ -132,6 +133,9 @@ class Cluster(Protocol):
 
     async def explain_placement(self, name: str) -> PlacementExplanation:
         """Why the model runs where it does, or does not run, and where its next replica would go."""
+
+    async def model_updates(self, *, check: bool) -> ModelUpdateList:
+        """The leader's last update check (with `check`, one run now first); ClusterUnavailable on a standby."""
 
     # ---- replicas
     async def replicas(self) -> list[ReplicaInfo]:

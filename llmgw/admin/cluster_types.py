@@ -212,6 +212,37 @@ class PlacementExplanation:
     next_placement: PlacementDecision | None = field("Where the next replica would go now (changes nothing).", None)
 
 
+# ---------------------------------------------------------------- model updates
+
+
+@attrs.frozen(kw_only=True)
+class ModelUpdateInfo:
+    """A served model, and whether the repository its weights came from has new files."""
+
+    model: str = field("The catalog's model.")
+    source: str = field("Its source, as the catalog has it.", "")
+    mirror_model: str = field("The model on the mirror that source names.", "")
+    version: str = field("The mirror's version compared: its newest whole one.", "")
+    repo: str = field("The registry repository that version was fetched from.", "")
+    status: str = field("up to date, newer files, newer revision, pinned, not from a registry, or error.")
+    update_available: bool = field("The repository has different files under the names the model took.", False)
+    changed: list[str] = field("The files that differ, and those gone upstream.", factory=list)
+    local_revision: str = field("The commit the version was fetched at.", "")
+    upstream_revision: str = field("The commit the repository's revision is at now.", "")
+    error: str = field("Why this model could not be compared, when it could not.", "")
+
+
+@attrs.frozen(kw_only=True)
+class ModelUpdateList:
+    """The leader's last update check (mirror.update_check)."""
+
+    models: list[ModelUpdateInfo] = field("Every model whose source is on the mirror, by name.")
+    checked_at: dt.datetime | None = field("When the last check ran; null before the first.", None)
+    interval_s: float = field("Seconds between checks (mirror.update_check); 0 never checks.", 0.0)
+    via: str = field("Who is asked: mirror API, registry, or empty when no mirror is configured.", "")
+    error: str = field("Why the last check failed as a whole; the rows are then the check before.", "")
+
+
 # ---------------------------------------------------------------- the whole
 
 

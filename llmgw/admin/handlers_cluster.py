@@ -21,6 +21,7 @@ from llmgw.admin.cluster_api import ClusterError, ClusterNotFound
 from llmgw.admin.cluster_types import (
     ModelDetail,
     ModelList,
+    ModelUpdateList,
     NodeInfo,
     NodeList,
     PlacementExplanation,
@@ -174,6 +175,17 @@ async def explain_placement(call: Call) -> PlacementExplanation:
     """Why a model runs where it does or does not run: its status, its replicas, the last placement with
     every node's rejection, failed starts, and where its next replica would go now (a dry run)."""
     return await call.admin.need_cluster().explain_placement(call.params["name"])
+
+
+async def list_model_updates(call: Call) -> ModelUpdateList:
+    """Whether the registry repositories served models came from have new files, as the leader's last
+    update check (every mirror.update_check) found."""
+    return await call.admin.need_cluster().model_updates(check=False)
+
+
+async def check_model_updates(call: Call) -> ModelUpdateList:
+    """Ask the mirror (or the registry) now instead of waiting for the next scheduled check."""
+    return await call.admin.need_cluster().model_updates(check=True)
 
 
 async def list_replicas(call: Call) -> ReplicaList:

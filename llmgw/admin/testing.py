@@ -28,6 +28,7 @@ from llmgw.admin.cluster_types import (
     Leadership,
     ModelDetail,
     ModelInfo,
+    ModelUpdateList,
     NodeInfo,
     PlacementDecision,
     PlacementExplanation,
@@ -62,6 +63,8 @@ class FakeCluster:
         self._ids = itertools.count(1)
         self._conv = make_converter()
         self.calls: list[tuple[str, tuple]] = []
+        #: what `model_updates` answers; a test sets rows (and checks count the calls with check=True)
+        self.updates = ModelUpdateList(models=[], interval_s=21600.0, via="mirror API")
         for spec in models or []:
             config = self._parse(spec)
             self._models[config.name] = (config, "file")
@@ -238,6 +241,11 @@ class FakeCluster:
         return PlacementExplanation(model=self._info(config, origin),
                                     replicas=[r for r in self._replicas.values() if r.model == config.name],
                                     next_placement=decision)
+
+    async def model_updates(self, *, check: bool) -> ModelUpdateList:
+        if check:
+            self.calls.append(("model_updates", (check,)))
+        return self.updates
 
     async def replicas(self) -> list[ReplicaInfo]:
         return sorted(self._replicas.values(), key=lambda r: (r.model, r.id))

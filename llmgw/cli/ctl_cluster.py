@@ -1,5 +1,9 @@
 """`llmgw ctl status|nodes|node|cordon|uncordon|drain|models|model|explain-placement|replicas`.
 
+`ctl model plan` reads a model's shape here (llmgw/mirror/plan.py) and fits it
+to the nodes the admin API lists; `ctl model updates` shows the leader's
+update checks (llmgw/mirror/updates.py).
+
 The fleet, through the admin API: tables for people, `--json` for scripts.
 """
 
@@ -88,6 +92,27 @@ def register(sub) -> None:
     p.add_argument("name", metavar="NAME")
     p.add_argument("--in-place", action="store_true", help="stop and start each where it is")
     register_leaf(p, run_model_restart)
+    p = cmds.add_parser("plan", help="Where each file of a model fits in this cluster, the best first.",
+                        description="Read a model's shape (a GGUF's header, or config.json) and list each file "
+                        "(each GGUF quantisation) with the memory it needs (weights and KV cache) and where it "
+                        "fits in this cluster: one card, several cards of a node, several nodes, a CPU node; "
+                        "whether that hardware is free now, and why, the best marked with a star. SOURCE is a "
+                        ".gguf file, a directory with config.json and safetensors (or GGUFs), or a model on the "
+                        "mirror: MODEL[/VERSION[/FILE]] or its URL.")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--context", type=int, metavar="N",
+                   help="tokens of context each sequence holds (default: the model's, at most 8192)")
+    p.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="sequences held at once, each with the whole context (default 1)")
+    p.add_argument("--mirror", metavar="URL",
+                   help=f"the mirror's file server, for a SOURCE on it (default ${ENV_MIRROR})")
+    register_leaf(p, run_model_plan, actor_flag=False)
+    p = cmds.add_parser("updates", help="Served models whose registry repository has new files.",
+                        description="List every model served from the mirror with what the leader's last update "
+                        "check (mirror.update_check) found: up to date, or newer files (and which), from the "
+                        "repository its weights were fetched from. --check asks now.")
+    p.add_argument("--check", action="store_true", help="ask the mirror or the registry now")
+    register_leaf(p, run_model_updates)
 
     p = sub.add_parser("explain-placement", help="Why a model runs where it does, or does not run.",
                        description="Why a model runs where it does, or does not run: its status, replicas, the "
@@ -307,6 +332,82 @@ def run_model_restart(args: argparse.Namespace, client: AdminClient) -> int:
         print_json(result)
     else:
         print(f"{result['model']}: restarting {', '.join(result['replicas']) or 'nothing (no replica runs)'}")
+    return 0
+
+
+ENV_MIRROR = "LLMGW_MIRROR_URL"
+
+
+def _plan_shapes(args: argparse.Namespace) -> tuple[str, list]:
+    import asyncio
+    import os
+
+    from llmgw.mirror import plan
+    from llmgw.mirror.client import MirrorClient, MirrorError
+
+    if os.path.exists(args.source):
+        try:
+            return args.source, plan.shapes_from_path(args.source)
+        except plan.PlanError as exc:
+            raise CtlError(str(exc), 2) from None
+    base = args.mirror or os.environ.get(ENV_MIRROR, "").strip()
+    if args.source.startswith(("http://", "https://")):
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(args.source)
+        base = f"{parts.scheme}://{parts.netloc}"
+    if not base:
+        raise CtlError(f"{args.source}: no such file or directory here; for a model on the mirror give --mirror URL "
+                       f"(or ${ENV_MIRROR}), like http://models.internal:8081", 2)
+
+    async def read() -> tuple[str, list]:
+        async with MirrorClient(base) as client:
+            return await plan.shapes_from_mirror(client, args.source)
+
+    try:
+        return asyncio.run(read())
+    except (plan.PlanError, MirrorError) as exc:
+        raise CtlError(str(exc), 2) from None
+    except (OSError, ValueError) as exc:
+        raise CtlError(f"cannot read {args.source} from the mirror at {base}: {exc}", 1) from None
+
+
+def run_model_plan(args: argparse.Namespace, client: AdminClient) -> int:
+    from llmgw.mirror import plan
+
+    if args.context is not None and args.context < 1 or args.concurrency < 1:
+        raise CtlError("--context and --concurrency: 1 or more", 2)
+    source, shapes = _plan_shapes(args)
+    machines = plan.machines_from_api(client.get("/nodes")["nodes"], client.get("/replicas")["replicas"])
+    result = plan.plan(source, shapes, machines, context=args.context, concurrency=args.concurrency)
+    if args.json:
+        print_json(result.to_json())
+    else:
+        sys.stdout.write(plan.render_text(result))
+    return 0
+
+
+def run_model_updates(args: argparse.Namespace, client: AdminClient) -> int:
+    answer = client.post("/model-updates/check") if args.check else client.get("/model-updates")
+    if args.json:
+        print_json(answer)
+        return 0
+    if not answer["interval_s"] and not args.check:
+        print("update checks are off (mirror.update_check: 0)")
+    elif not answer["via"]:
+        print("no mirror is configured (mirror.url, mirror.api): nothing to compare with")
+    elif answer["checked_at"] is None:
+        print(f"not checked yet; the leader asks the {answer['via']} every {answer['interval_s'] / 3600:g}h "
+              "(--check asks now)")
+    else:
+        print(f"checked {answer['checked_at']} through the {answer['via']}")
+    if answer["error"]:
+        print(f"the last check failed: {answer['error']}")
+    rows = [{"model": m["model"], "update": "yes" if m["update_available"] else "-", "status": m["status"],
+             "repo": m["repo"], "version": m["version"],
+             "changed": ", ".join(m["changed"]) or m["error"]} for m in answer["models"]]
+    if rows:
+        print_table(rows, ["model", "update", "status", "repo", "version", "changed"])
     return 0
 
 

@@ -323,6 +323,14 @@ class MirrorConfig:
         "",
         doc="The mirror's API, like https://models.internal:8082, reached with agent_tls's certificate; empty when there is no mirror.",
     )
+    registry: str = setting(
+        "",
+        doc="The model registry update checks ask when there is no mirror API, in Hugging Face's API shape; empty is https://huggingface.co.",
+    )
+    update_check: Duration = setting(
+        Duration(hours=6),
+        doc="How often the leader asks whether the repositories served models came from have new files; 0 never asks.",
+    )
 
 
 @attrs.frozen

@@ -30,6 +30,8 @@ from llmgw.admin.cluster_types import (
     Leadership,
     ModelDetail,
     ModelInfo,
+    ModelUpdateInfo,
+    ModelUpdateList,
     NodeInfo,
     PlacementDecision,
     PlacementExplanation,
@@ -245,6 +247,18 @@ class AdminCluster:
             raise ClusterNotFound(f"no model called {name!r} is in the catalog")
         await plane.retry(name, actor=actor, audit=False)
         return await self.model(name)
+
+    async def model_updates(self, *, check: bool) -> ModelUpdateList:
+        plane = self._leader()
+        watcher = plane.updates
+        if check:
+            await watcher.check_now()
+        return ModelUpdateList(
+            models=[ModelUpdateInfo(model=r.model, source=r.source, mirror_model=r.mirror_model, version=r.version,
+                                    repo=r.repo, status=r.status, update_available=r.update_available,
+                                    changed=list(r.changed), local_revision=r.local_revision,
+                                    upstream_revision=r.upstream_revision, error=r.error) for r in watcher.rows],
+            checked_at=watcher.checked_at, interval_s=watcher.interval, via=watcher.checker.via, error=watcher.error)
 
     # -- replicas ------------------------------------------------------------------------
 

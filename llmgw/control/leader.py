@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from llmgw.control.tasks import cancel_and_wait
 from llmgw.obs import logs
 from llmgw.store import Lease, Store
 
@@ -109,12 +110,7 @@ class Leadership:
     async def stop(self, *, release: bool = True) -> None:
         """Stop campaigning; with `release`, give the lease up so a standby takes over at once."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
         if self.leading:
             if release:
                 try:

@@ -23,7 +23,14 @@ Order among the nodes left (first wins):
 
 Profiles are tried in the model's order; the first one that fits anywhere is
 used. Every rejection is kept as a sentence, `node-a: needs 2 free GPUs of
-class h100-80gb, has 1`, for `explain`.
+class h100-80gb, has 1`, for `explain` (worded when first read, from what the
+decision saw).
+
+Speed: a `PlacementPass` keeps the rooms from one decision to the next (see
+its docstring); `place()` reuses its last one while the nodes are unchanged
+and the holdings only grew, so a pass of decisions does not redo the cluster
+each time. tests/control/test_placement_speed.py checks it decides as the
+one-shot algorithm did.
 
 Preemption: a critical model that fits nowhere may stop replicas of lower
 classes (opportunistic ones first, then standard; replicas above their
@@ -34,7 +41,11 @@ for anything, and nothing but a critical model preempts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
+from operator import attrgetter, is_
 
 import attrs
 
@@ -87,12 +98,25 @@ class Placement:
 
 @attrs.frozen
 class Decision:
-    """The answer for one replica: where, or why nowhere."""
+    """The answer for one replica: where, or why nowhere.
+
+    `rejections` may be given as they are, or (as `place()` does) as a function
+    that words them from what the decision saw, called the first time they are read.
+    """
 
     model: str
     placement: Placement | None
-    rejections: tuple[Rejection, ...] = ()
+    _rejections: tuple[Rejection, ...] | Callable[[], tuple[Rejection, ...]] = attrs.field(
+        default=(), alias="rejections", eq=False, repr=False)
     nodes_considered: int = 0
+
+    @property
+    def rejections(self) -> tuple[Rejection, ...]:
+        found = self._rejections
+        if callable(found):
+            found = tuple(found())
+            object.__setattr__(self, "_rejections", found)
+        return found
 
     @property
     def placed(self) -> bool:
@@ -231,15 +255,19 @@ def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engi
 
 def _shortfall(room: _Room, profile: Profile) -> str | None:
     """Why what other replicas hold leaves too little, or None when it fits now."""
-    if profile.gpus > 0:
-        free = room.free_gpus(profile.gpu_class)
-        if len(free) < profile.gpus:
-            return f"needs {_gpu_words(profile.gpus, profile.gpu_class)}, has {len(free)}"
-    if profile.memory and room.memory_free < profile.memory:
+    free = len(room.free_gpus(profile.gpu_class)) if profile.gpus > 0 else 0
+    return _short_words(free, room.memory_free, room.cores_free, profile)
+
+
+def _short_words(free_gpus: int, memory_free: int, cores_free: int, profile: Profile) -> str | None:
+    """`_shortfall` from the numbers: free cards of the profile's class, memory and cores left."""
+    if profile.gpus > 0 and free_gpus < profile.gpus:
+        return f"needs {_gpu_words(profile.gpus, profile.gpu_class)}, has {free_gpus}"
+    if profile.memory and memory_free < profile.memory:
         return (f"needs {format_bytes(profile.memory)} of memory reserved, "
-                f"{format_bytes(max(0, room.memory_free))} free")
-    if profile.cores and room.cores_free < profile.cores:
-        return f"needs {_plural(profile.cores, 'core')}, {max(0, room.cores_free)} free"
+                f"{format_bytes(max(0, memory_free))} free")
+    if profile.cores and cores_free < profile.cores:
+        return f"needs {_plural(profile.cores, 'core')}, {max(0, cores_free)} free"
     return None
 
 
@@ -309,6 +337,325 @@ def _victims(room: _Room, profile: Profile, model_class: str) -> list[Holding] |
 # ---------------------------------------------------------------- the decision
 
 
+# ---------------------------------------------------------------- a pass: rooms kept from one decision to the next
+
+#: What a node's filters, room and order depend on: `place()` compares these to reuse its pass.
+_NODE_FACTS = attrgetter("id", "lost", "connected", "disconnect_reason", "draining", "cordoned", "cordon_reason",
+                         "gpus", "memory_total", "cores", "labels", "engines", "weights")
+#: What of a holding the rooms depend on (the rest matters to preemption only, read from the holdings then).
+_HOLDING_FACTS = attrgetter("node", "model", "gpus", "memory", "cores")
+
+
+def _facts(node: Node) -> tuple:
+    """The facts as they are now, the dicts copied so a change made to them in place shows."""
+    facts = _NODE_FACTS(node)
+    return (*facts[:10], dict(facts[10]), dict(facts[11]), dict(facts[12]))
+
+
+class _View:
+    """The nodes that pass one profile's filters (whatever is held there), by free cards, for packing."""
+
+    __slots__ = ("buckets", "members", "reasons")
+
+    def __init__(self, reasons: list[str | None]) -> None:
+        self.reasons = reasons  #: by slot: the filter's sentence, None when it passes; never changed
+        self.members = {s for s, r in enumerate(reasons) if r is None}
+        #: free cards (any class) -> [(cores free, memory free, node id, slot)], sorted
+        self.buckets: dict[int, list[tuple]] = {}
+
+
+class PlacementPass:
+    """One pass's view of the cluster, kept from one decision to the next.
+
+    Built once from the nodes and what holds them; then `decide()` answers as
+    `place()` would, and `hold()` adds what a decision started, so the next
+    decision sees it. Each node's room is worked out once and updated when a
+    holding lands on it; each profile's filters are checked once per node;
+    the nodes that pass them are kept in buckets by free cards, sorted for
+    packing, so a decision looks at candidates in order and stops at the first
+    that nothing else can beat. Rejection sentences are worded only when read.
+
+    The nodes must not change while a pass is used: make a new one after they do.
+    `place()` keeps its last pass and reuses it while the nodes are the same
+    objects with the same facts and the holdings only grew.
+    """
+
+    def __init__(self, nodes: Iterable[Node], holdings: Iterable[Holding] = (), *,
+                 engines: Mapping[str, Engine] | None = None) -> None:
+        self.nodes = list(nodes)
+        self.engines = engines
+        by_id: dict[str, Node] = {}
+        for node in self.nodes:
+            by_id[node.id] = node  # a repeated id: the last one counts, as it always did
+        self._ids = list(by_id)
+        self._slot = {node_id: s for s, node_id in enumerate(self._ids)}
+        self._node = [by_id[node_id] for node_id in self._ids]
+        self._order = [self._slot[node.id] for node in self.nodes]  # the list's nodes, as slots
+        self._rack = [node.labels.get(RACK_LABEL, "") for node in self._node]
+        self._healthy = [tuple((g.index, g.gpu_class) for g in node.gpus if g.health != "failed")
+                         for node in self._node]
+        self._facts = [_facts(node) for node in self.nodes]
+        self._weights_by_model: dict[str, set[int]] = {}
+        self._weights_by_source: dict[str, set[int]] = {}
+        for s, node in enumerate(self._node):
+            for name, present in node.weights.items():
+                if present is not None:
+                    self._weights_by_model.setdefault(name, set()).add(s)
+            for present in node.weights.values():
+                if present is not None:
+                    self._weights_by_source.setdefault(present.source, set()).add(s)
+        self._views: dict[tuple, _View] = {}
+        self._slot_views: list[list[_View]] = [[] for _ in self._node]
+        self._reset(holdings)
+
+    # -- what is held -------------------------------------------------------------
+
+    def _reset(self, holdings: Iterable[Holding]) -> None:
+        self._holdings: list[Holding] = []
+        self._holding_facts: list[tuple] = []
+        self._held: list[set[int]] = [set() for _ in self._node]
+        self._memory = [node.memory_total for node in self._node]
+        self._cores = [node.cores for node in self._node]
+        self._here: dict[str, dict[int, int]] = {}  # model -> slot -> its replicas there
+        self._in_rack: dict[str, dict[str, int]] = {}  # model -> rack -> its replicas there
+        for h in holdings:
+            self._apply(h)
+        #: by slot: (free cards by class, free cards, memory free, cores free); replaced, never changed
+        self._room = [self._room_of(s) for s in range(len(self._node))]
+        self._entry = [(room[1], (room[3], room[2], self._ids[s], s)) for s, room in enumerate(self._room)]
+        #: the rooms at some moment, and each room since, for wording a decision's rejections later
+        self._base, self._log = list(self._room), []
+        for view in self._views.values():
+            self._fill(view)
+
+    def _apply(self, h: Holding) -> int | None:
+        self._holdings.append(h)
+        self._holding_facts.append(_HOLDING_FACTS(h))
+        s = self._slot.get(h.node)
+        if s is None:
+            return None
+        self._held[s].update(h.gpus)
+        self._memory[s] -= h.memory
+        self._cores[s] -= h.cores
+        here = self._here.setdefault(h.model, {})
+        here[s] = here.get(s, 0) + 1
+        rack = self._rack[s]
+        if rack:
+            racks = self._in_rack.setdefault(h.model, {})
+            racks[rack] = racks.get(rack, 0) + 1
+        return s
+
+    def _room_of(self, s: int) -> tuple[dict[str, int], int, int, int]:
+        held = self._held[s]
+        by_class: dict[str, int] = {}
+        total = 0
+        for index, gpu_class in self._healthy[s]:
+            if index not in held:
+                by_class[gpu_class] = by_class.get(gpu_class, 0) + 1
+                total += 1
+        return by_class, total, self._memory[s], self._cores[s]
+
+    def hold(self, holding: Holding) -> None:
+        """A replica now holds what `holding` says: the next decision sees it."""
+        s = self._apply(holding)
+        if s is None:
+            return
+        old_total, old_key = self._entry[s]
+        room = self._room[s] = self._room_of(s)
+        key = (room[3], room[2], self._ids[s], s)
+        for view in self._slot_views[s]:
+            bucket = view.buckets[old_total]
+            del bucket[bisect_left(bucket, old_key)]
+            insort(view.buckets.setdefault(room[1], []), key)
+        self._entry[s] = (room[1], key)
+        self._log.append((s, room))
+        if len(self._log) > len(self._room):
+            self._base, self._log = list(self._room), []  # a new list: decisions keep the old one
+
+    # -- the filters, once per profile --------------------------------------------
+
+    def _view(self, profile: Profile, engine: str) -> _View:
+        plugin = self.engines.get(engine) if self.engines else None
+        key = (engine, tuple(plugin.devices) if plugin is not None else None, profile.gpus, profile.gpu_class,
+               profile.memory, profile.cores, tuple(profile.node_selector.items()))
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = _View([
+                _gate(_Room(node, set(), 0, 0, 0, 0, []), profile, engine, self.engines) for node in self._node
+            ])
+            for s in view.members:
+                self._slot_views[s].append(view)
+            self._fill(view)
+        return view
+
+    def _fill(self, view: _View) -> None:
+        view.buckets = {}
+        for s in view.members:
+            total, key = self._entry[s]
+            view.buckets.setdefault(total, []).append(key)
+        for bucket in view.buckets.values():
+            bucket.sort()
+
+    # -- the decision -------------------------------------------------------------
+
+    def decide(self, model: ModelConfig, *, avoid: Iterable[str] = (), preempt: bool = True) -> Decision:
+        """Where the next replica of `model` goes, as `place()` answers; nothing is held until `hold()`."""
+        avoid = set(avoid)
+        avoid_slots = {self._slot[a] for a in avoid if a in self._slot}
+        here = self._here.get(model.name, {})
+        in_rack = self._in_rack.get(model.name, {})
+        weights = self._weights_by_model.get(model.name, set())
+        if model.source:
+            weights = weights | self._weights_by_source.get(model.source, set())
+        tried: list[tuple[Profile, str, _View]] = []
+        for profile in model.profiles:
+            engine = profile.engine or model.engine
+            view = self._view(profile, engine)
+            tried.append((profile, engine, view))
+            s = self._best(view, profile, here, in_rack, weights, avoid_slots)
+            if s is not None:
+                placement = _allocate(self._room_for(s, model.name), profile, engine, model)
+                return Decision(model.name, placement, self._wording(tried, avoid, model), len(self.nodes))
+
+        if preempt and model.class_ == "critical":
+            options = []
+            for profile, engine, view in tried:
+                for s in self._order:
+                    if self._ids[s] in avoid or view.reasons[s] is not None:
+                        continue
+                    room = self._room_for(s, model.name, holdings=True)
+                    if _shortfall(room, profile) is None:
+                        continue
+                    victims = _victims(room, profile, model.class_)
+                    if victims is None:
+                        continue
+                    cost = (max(CLASS_RANK.get(v.model_class, 1) for v in victims), len(victims))
+                    options.append((cost, _order_key(room, profile, model), room, profile, engine, victims))
+            if options:
+                _, _, room, profile, engine, victims = min(options, key=lambda o: (o[0], o[1]))
+                trial = attrs.evolve(room, held_gpus=room.held_gpus - {g for v in victims for g in v.gpus})
+                placement = _allocate(trial, profile, engine, model)
+                placement = attrs.evolve(
+                    placement, preempts=tuple(v.replica_id for v in victims),
+                    why=f"critical: stops {', '.join(f'{v.replica_id} ({v.model_class})' for v in victims)}",
+                )
+                return Decision(model.name, placement, self._wording(tried, avoid, model), len(self.nodes))
+        return Decision(model.name, None, self._wording(tried, avoid, model), len(self.nodes))
+
+    def _best(self, view: _View, profile: Profile, here: Mapping[int, int], in_rack: Mapping[str, int],
+              weights: set[int], avoid: set[int]) -> int | None:
+        """The slot `_order_key` ranks first among the view's nodes with room now, or None."""
+        gpus, gpu_class, memory, cores = profile.gpus, profile.gpu_class, profile.memory, profile.cores
+        rooms, racks, ids = self._room, self._rack, self._ids
+
+        def fits(s: int) -> bool:
+            by_class, total, memory_free, cores_free = rooms[s]
+            if gpus > 0 and (by_class.get(gpu_class, 0) if gpu_class else total) < gpus:
+                return False
+            if memory and memory_free < memory:
+                return False
+            return not (cores and cores_free < cores)
+
+        best: tuple | None = None
+        best_slot = None
+        # Nodes holding the weights are few: each is weighed.
+        for s in weights:
+            if s in view.members and s not in avoid and fits(s):
+                _, total, memory_free, cores_free = rooms[s]
+                rack = racks[s]
+                key = (here.get(s, 0), in_rack.get(rack, 0) if rack else 0, 0,
+                       total - gpus, cores_free - cores, memory_free - memory, ids[s])
+                if best is None or key < best:
+                    best, best_slot = key, s
+        if best is not None and not best[0] and not best[1]:
+            return best_slot
+        # The others in packing order: the first with no replica of the model in its node or rack
+        # beats every node after it; the ones before it that have some are weighed on the way.
+        for total in sorted(view.buckets):
+            if total < gpus:
+                continue
+            bucket = view.buckets[total]
+            # Sorted by cores free: those with too few are skipped at once.
+            for cores_free, memory_free, node_id, s in islice(bucket, bisect_left(bucket, (cores,)) if cores else 0,
+                                                              None):
+                if s in weights or s in avoid or not fits(s):
+                    continue
+                mine = here.get(s, 0)
+                rack = racks[s]
+                mine_in_rack = in_rack.get(rack, 0) if rack else 0
+                key = (mine, mine_in_rack, 1, total - gpus, cores_free - cores, memory_free - memory, node_id)
+                if best is None or key < best:
+                    best, best_slot = key, s
+                if not mine and not mine_in_rack:
+                    return best_slot
+        return best_slot
+
+    def _room_for(self, s: int, model: str, *, holdings: bool = False) -> _Room:
+        """The node's room as `_rooms` makes it; its holdings listed only when asked (for preemption)."""
+        rack = self._rack[s]
+        return _Room(
+            node=self._node[s], held_gpus=set(self._held[s]), memory_free=self._memory[s],
+            cores_free=self._cores[s], model_here=self._here.get(model, {}).get(s, 0),
+            model_in_rack=self._in_rack.get(model, {}).get(rack, 0) if rack else 0,
+            holdings=[h for h in self._holdings if h.node == self._ids[s]] if holdings else [],
+        )
+
+    def _wording(self, tried: list[tuple[Profile, str, _View]], avoid: set[str],
+                 model: ModelConfig) -> Callable[[], list[Rejection]]:
+        """Every node's rejection, worded when first read, from the rooms as this decision saw them."""
+        base, log, upto, order, ids = self._base, self._log, len(self._log), self._order, self._ids
+        several = len(model.profiles) > 1
+
+        def words() -> list[Rejection]:
+            rooms = list(base)
+            for s, room in log[:upto]:
+                rooms[s] = room
+            out = []
+            for profile, _, view in tried:
+                label = profile.name if several else ""
+                for s in order:
+                    node_id = ids[s]
+                    if node_id in avoid:
+                        out.append(Rejection(node_id, "the replica it replaces is there", label))
+                        continue
+                    reason = view.reasons[s]
+                    if reason is None:
+                        by_class, total, memory_free, cores_free = rooms[s]
+                        free = (by_class.get(profile.gpu_class, 0) if profile.gpu_class else total) \
+                            if profile.gpus > 0 else 0
+                        reason = _short_words(free, memory_free, cores_free, profile)
+                    if reason is not None:
+                        out.append(Rejection(node_id, reason, label))
+            return out
+
+        return words
+
+    # -- for place() ---------------------------------------------------------------
+
+    def _reusable(self, nodes: list[Node]) -> bool:
+        return nodes == self.nodes and list(map(_NODE_FACTS, nodes)) == self._facts
+
+    def _catch_up(self, holdings: list[Holding]) -> None:
+        """Hold what was added since; anything else changed: work the rooms out again."""
+        kept = self._holdings
+        n = len(kept)
+        if len(holdings) >= n and all(map(is_, holdings, kept)):
+            for h in holdings[n:]:
+                self.hold(h)
+            return
+        # New objects, as the reconciler makes each time: equal where the rooms are concerned will do.
+        if len(holdings) >= n and list(map(_HOLDING_FACTS, holdings[:n])) == self._holding_facts:
+            self._holdings[:] = holdings[:n]
+            for h in holdings[n:]:
+                self.hold(h)
+            return
+        self._reset(holdings)
+
+
+_kept: PlacementPass | None = None
+_kept_lock = threading.Lock()
+
+
 def place(
     model: ModelConfig,
     nodes: Iterable[Node],
@@ -318,58 +665,24 @@ def place(
     avoid: Iterable[str] = (),
     preempt: bool = True,
 ) -> Decision:
-    """Where the next replica of `model` goes, with every node's rejection."""
+    """Where the next replica of `model` goes, with every node's rejection.
+
+    A pure function of its arguments. It keeps the last call's `PlacementPass` and
+    reuses it when called again with the same node objects, unchanged, and the same
+    holdings plus new ones (as a pass that places one replica after another does),
+    so such a decision costs a check of the nodes and a look at the candidates.
+    """
+    global _kept
     nodes = list(nodes)
     holdings = list(holdings)
-    avoid = set(avoid)
-    rooms = _rooms(nodes, holdings, model.name)
-    rejections: list[Rejection] = []
-    several = len(model.profiles) > 1
-    gated: list[tuple[Profile, str, list[_Room]]] = []  # per profile: nodes that fail only on what is held
-
-    for profile in model.profiles:
-        engine = profile.engine or model.engine
-        label = profile.name if several else ""
-        fits: list[_Room] = []
-        short: list[_Room] = []
-        for node in nodes:
-            room = rooms[node.id]
-            if node.id in avoid:
-                rejections.append(Rejection(node.id, "the replica it replaces is there", label))
-                continue
-            reason = _gate(room, profile, engine, engines)
-            if reason is None:
-                reason = _shortfall(room, profile)
-                if reason is not None:
-                    short.append(room)
-            if reason is not None:
-                rejections.append(Rejection(node.id, reason, label))
-                continue
-            fits.append(room)
-        if fits:
-            best = min(fits, key=lambda r: _order_key(r, profile, model))
-            return Decision(model.name, _allocate(best, profile, engine, model), tuple(rejections), len(nodes))
-        gated.append((profile, engine, short))
-
-    if preempt and model.class_ == "critical":
-        options = []
-        for profile, engine, short in gated:
-            for room in short:
-                victims = _victims(room, profile, model.class_)
-                if victims is None:
-                    continue
-                cost = (max(CLASS_RANK.get(v.model_class, 1) for v in victims), len(victims))
-                options.append((cost, _order_key(room, profile, model), room, profile, engine, victims))
-        if options:
-            _, _, room, profile, engine, victims = min(options, key=lambda o: (o[0], o[1]))
-            trial = attrs.evolve(room, held_gpus=room.held_gpus - {g for v in victims for g in v.gpus})
-            placement = _allocate(trial, profile, engine, model)
-            placement = attrs.evolve(
-                placement, preempts=tuple(v.replica_id for v in victims),
-                why=f"critical: stops {', '.join(f'{v.replica_id} ({v.model_class})' for v in victims)}",
-            )
-            return Decision(model.name, placement, tuple(rejections), len(nodes))
-    return Decision(model.name, None, tuple(rejections), len(nodes))
+    with _kept_lock:
+        kept = _kept
+        if kept is not None and kept._reusable(nodes):
+            kept.engines = engines
+            kept._catch_up(holdings)
+        else:
+            kept = _kept = PlacementPass(nodes, holdings, engines=engines)
+        return kept.decide(model, avoid=avoid, preempt=preempt)
 
 
 def _allocate(room: _Room, profile: Profile, engine: str, model: ModelConfig) -> Placement:
@@ -386,6 +699,7 @@ __all__ = [
     "Decision",
     "Holding",
     "Placement",
+    "PlacementPass",
     "Rejection",
     "format_bytes",
     "place",

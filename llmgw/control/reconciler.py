@@ -45,6 +45,7 @@ from llmgw.control.state import (
     ReplicaRecord,
     new_replica_id,
 )
+from llmgw.control.tasks import cancel_and_wait
 from llmgw.obs import logs
 from llmgw.plugins.types import Engine
 from llmgw.router.replicas import ReplicaSet
@@ -118,12 +119,7 @@ class Reconciler(AgentEvents):
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
 
     async def run(self) -> None:
         interval = self.control.reconcile_interval.total_seconds()

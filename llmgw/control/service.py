@@ -37,6 +37,7 @@ from llmgw.control.inventory import Inventory
 from llmgw.control.leader import Leadership, default_holder
 from llmgw.control.reconciler import NodeUnreachable, Reconciler
 from llmgw.control.state import ModelUnavailable
+from llmgw.mirror.updates import watcher_for
 from llmgw.obs import logs
 from llmgw.pki.certs import PkiError
 from llmgw.plugins.types import Engine
@@ -128,6 +129,7 @@ class ControlPlane:
         self.leadership = Leadership(store, self.holder, config.control.lease_ttl.total_seconds(),
                                      on_change=self._leadership_changed)
         self.reconciler: Reconciler | None = None
+        self.updates = watcher_for(config, self._served_sources)
         self.agent_port = 0
         self._started = False
 
@@ -160,6 +162,7 @@ class ControlPlane:
             return
         self._started = False
         await self.leadership.stop(release=True)
+        await self.updates.stop()
         if self.reconciler is not None:
             await self.reconciler.stop()
         await self.endpoint.stop()
@@ -199,15 +202,21 @@ class ControlPlane:
                 # placing anything, or replicas still running would be doubled.
                 rec.hold_starts_until = rec.clock() + 2 * self.endpoint.heartbeat_interval
             rec.start()
+            self.updates.start()
             await self._send_control_planes()
         else:
             rec.active = False
+            await self.updates.stop()
             leader = self.leadership.leader
             rec.inactive_reason = f"this control plane is a standby; the leader is {leader or 'not known'}"
             await rec.stop()
             rec.reset(rec.inactive_reason)
             for session in list(self.endpoint.sessions.values()):
                 await session.close("this control plane no longer leads")
+
+    def _served_sources(self) -> list[tuple[str, str]]:
+        """(name, source) of every catalog model with weights, for the update checks."""
+        return [(m.name, m.config.source) for m in self.catalog.models() if m.config.source]
 
     def _catalog_changed(self) -> None:
         if self.reconciler is not None:

@@ -6,6 +6,8 @@
   gateway's own replica set, started after the store is open and stopped
   before it closes;
 - `GET /leader` beside the gateway's `GET /health`;
+- `llmgw_model_update_available` on the gateway's metrics, from the
+  leader's update checks (llmgw/mirror/updates.py);
 - the admin API on `admin_listen`, steering this control plane through
   `AdminCluster` (skipped with `admin=False`, or when admin_listen is empty).
 
@@ -37,6 +39,7 @@ def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: b
     from llmgw.router.gateway import GATEWAY
 
     slot = install_control_plane(app, config, app[GATEWAY].replicas, **options)
+    app[GATEWAY].metrics.bind(model_updates=lambda: slot.plane.updates.available() if slot.plane else ())
     if admin and config.admin_listen:
         app.cleanup_ctx.append(functools.partial(_admin_listener, config, slot))
     return slot

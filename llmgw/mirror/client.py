@@ -65,6 +65,7 @@ class MirrorFile:
     size: int | None
     sha256: str
     present: bool = True
+    blob_id: str = ""  # the registry's git blob id, for comparing files it gives no sha256 for
 
 
 @attrs.frozen
@@ -186,7 +187,8 @@ class MirrorClient:
             size = entry.get("size")
             files.append(MirrorFile(path=path, size=size if isinstance(size, int) else None,
                                     sha256=str(entry.get("sha256") or "").lower(),
-                                    present=bool(entry.get("present", True))))
+                                    present=bool(entry.get("present", True)),
+                                    blob_id=str(entry.get("blob_id") or "")))
         return MirrorVersion(model=model, version=version, complete=bool(data.get("complete")), files=tuple(files),
                              fetched_at=str(data.get("fetched_at") or ""), origin=data.get("origin") or {})
 

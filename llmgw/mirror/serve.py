@@ -205,7 +205,7 @@ def version_index(layout: Layout, sidecar: Sidecar, base: str) -> dict[str, Any]
         "origin": attrs.asdict(sidecar.origin),
         "files": [
             {"path": f.path, "size": f.size, "sha256": f.sha256, "url": f"{prefix}/{quote(f.path)}",
-             "present": (directory / f.path).is_file()}
+             "present": (directory / f.path).is_file(), **({"blob_id": f.blob_id} if f.blob_id else {})}
             for f in sidecar.files
         ],
     }

@@ -14,7 +14,9 @@ Names follow the reference's dashboards and alerts:
 - `llmgw_queue_wait_seconds{model,band}`, `llmgw_queue_depth{model,band}`;
 - `llmgw_replica_in_flight{model,replica}`, `llmgw_replica_healthy{model,replica}`,
   `llmgw_replica_engine_waiting{model,replica}`;
-- `llmgw_upstream_retries_total{model}`, `llmgw_fallbacks_total{model,served,reason}`.
+- `llmgw_upstream_retries_total{model}`, `llmgw_fallbacks_total{model,served,reason}`;
+- `llmgw_model_update_available{model}`: 1 when the repository a served model
+  came from has new files (the control plane's update checks), else 0.
 
 The tenant is the project of the key (`none` for a personal key,
 `anonymous` when keys are off). `model` is the model that answered, else
@@ -45,6 +47,7 @@ class _LiveCollector:
     def __init__(self) -> None:
         self.queue_depths: Callable[[], Iterable[tuple[str, str, int]]] | None = None
         self.replicas: Callable[[], Iterable] | None = None
+        self.model_updates: Callable[[], Iterable[tuple[str, float]]] | None = None
 
     def describe(self):
         return []
@@ -71,6 +74,12 @@ class _LiveCollector:
         yield in_flight
         yield healthy
         yield waiting
+        updates = GaugeMetricFamily("llmgw_model_update_available",
+                                    "1 when the repository a served model came from has new files.", labels=["model"])
+        if self.model_updates is not None:
+            for model, flag in self.model_updates():
+                updates.add_metric([model], flag)
+        yield updates
 
 
 class GatewayMetrics:
@@ -105,12 +114,15 @@ class GatewayMetrics:
         reg.register(self._live)
 
     def bind(self, *, queue_depths: Callable[[], Iterable[tuple[str, str, int]]] | None = None,
-             replicas: Callable[[], Iterable] | None = None) -> None:
-        """Where the live gauges read from: admission's queues and the replica set."""
+             replicas: Callable[[], Iterable] | None = None,
+             model_updates: Callable[[], Iterable[tuple[str, float]]] | None = None) -> None:
+        """Where the live gauges read from: admission's queues, the replica set, the update checks."""
         if queue_depths is not None:
             self._live.queue_depths = queue_depths
         if replicas is not None:
             self._live.replicas = replicas
+        if model_updates is not None:
+            self._live.model_updates = model_updates
 
     def request_done(self, *, model: str, tenant: str, outcome: str, duration: float,
                      prompt_tokens: int, completion_tokens: int, ttft: float | None,

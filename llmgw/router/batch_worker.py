@@ -12,8 +12,9 @@ open batches oldest first, one at a time:
    `pipeline.serve`, as requests of the key that submitted the batch (its
    limits, budget, allowlist and guardrails apply) in the lowest band, so
    interactive requests get replicas first; usage rows carry `batch=<id>`;
-   a line refused for a moment (429 with Retry-After, 502, 503, 504) is
-   tried again a few times;
+   a line refused for a moment is tried again: as often as it says when
+   (Retry-After: a rate limit, a full queue, a busy model) within the
+   batch's window, a few times when it does not (502, 503, 504);
 3. keeps each line's result in the store as it goes (twice a second), with
    the batch's counts, so a worker taking over skips the lines done;
 4. stops starting lines when the batch is cancelled or its window ends,
@@ -56,7 +57,7 @@ LEASE_NAME = "batch-worker"
 LEASE_TTL = 30.0
 #: Results are written when this many wait, or this often (seconds); the batch's state is read as often.
 FLUSH_AT, FLUSH_EVERY = 50, 0.5
-#: Tries of a line refused for a moment, and the first pause between them (doubling, at most 30 s).
+#: Tries of a line that failed without saying when to come back, the first pause (doubling), the longest.
 LINE_ATTEMPTS, RETRY_PAUSE, MAX_PAUSE = 5, 1.0, 30.0
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: Problems listed for a file that fails its check, at most.
@@ -193,7 +194,13 @@ class BatchWorker:
         try:
             for batch in await self.store.list_open_batches(limit=100):
                 run = asyncio.create_task(BatchRun(self, batch).run())
-                await asyncio.wait({run, renewing}, return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    await asyncio.wait({run, renewing}, return_when=asyncio.FIRST_COMPLETED)
+                except asyncio.CancelledError:  # shutting down: the lines in flight stop with us
+                    run.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await run
+                    raise
                 if not run.done():  # the lease is gone: another control plane goes on from the lines kept
                     run.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -263,6 +270,15 @@ class BatchRun:
         self._flushing = asyncio.Lock()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            # Shutting down or the lease lost: keep what is done, so whoever goes on does not run it again.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(self._flush())
+            raise
+
+    async def _run(self) -> None:
         b = self.batch
         if b.status == "finalizing":  # everything was run before a take-over
             await self._finish("completed")
@@ -346,7 +362,8 @@ class BatchRun:
                 if self.stop.is_set():
                     return
                 result = await self._line(line, principal)
-                self._pending.append(result)  # after the await: a flush meanwhile swaps the list
+                if result is not None:
+                    self._pending.append(result)  # after the await: a flush meanwhile swaps the list
                 if len(self._pending) >= FLUSH_AT:
                     await self._flush()
 
@@ -386,16 +403,32 @@ class BatchRun:
                 self._pending[:0] = ready  # kept for the next try
                 raise
 
-    async def _line(self, line: Line, principal: Principal) -> BatchResult:
+    async def _line(self, line: Line, principal: Principal) -> BatchResult | None:
+        """A line's result; None when the batch stopped while the line waited to be tried again.
+
+        A refusal that says when to come back (a rate limit, a full queue, a
+        busy model: Retry-After) is waited out as often as it comes, within
+        the batch's window; a failure without one is tried LINE_ATTEMPTS
+        times; a 429 without one (a spent budget) is final."""
         body = dumps({k: v for k, v in line.body.items() if k not in ("stream", "stream_options")})
-        for attempt in range(1, self.worker.line_attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             status, raw, request_id, retry_after = await self.worker.send(self.batch, body, principal)
-            if status not in RETRY_STATUSES or attempt == self.worker.line_attempts or self.stop.is_set():
+            if status not in RETRY_STATUSES or self.stop.is_set():
                 break
-            if status == 429 and retry_after is None:
-                break  # a spent budget: waiting does not help
-            pause = min(MAX_PAUSE, max(retry_after or 0.0, self.worker.retry_pause * 2 ** (attempt - 1)))
-            await asyncio.sleep(pause)
+            if retry_after is not None:
+                pause = min(MAX_PAUSE, max(0.1, retry_after))
+            elif status == 429 or attempt >= self.worker.line_attempts:
+                break
+            else:
+                pause = min(MAX_PAUSE, self.worker.retry_pause * 2 ** (attempt - 1))
+            if dt.datetime.now(dt.UTC) + dt.timedelta(seconds=pause) >= self.batch.expires_at:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), pause)
+            if self.stop.is_set():
+                return None
         try:
             answer = loads(raw) if raw else None
         except ValueError:

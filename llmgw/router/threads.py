@@ -183,8 +183,8 @@ async def attach(gw: Gateway, call: Any, request: web.Request, body_bytes: bytes
     if thread_id is None:
         return body_bytes, body
     if call.kind != "chat":
-        raise bad_request(f"{THREAD_HEADER} carries conversations of /v1/chat/completions only",
-                          code="thread_unsupported")
+        raise bad_request(f"{THREAD_HEADER} carries chat conversations (/v1/chat/completions, /v1/messages), "
+                          f"not {request.path}", code="thread_unsupported")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise bad_request("a request on a thread sends its new messages in `messages`", param="messages")

@@ -340,9 +340,10 @@ class SQLFilesBatches(SQLStoreBase):
             "SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN ok THEN 1 ELSE 0 END), 0) AS good"
             " FROM batch_results WHERE batch_id = ?", batch_id,
         )
-        good = int(counts["good"])
-        await tx.execute("UPDATE batches SET completed = ?, failed = ? WHERE id = ?",
-                         good, int(counts["n"]) - good, batch_id)
+        good, n = int(counts["good"]), int(counts["n"])
+        await tx.execute("UPDATE batches SET completed = ?, failed = ?,"
+                         " total = CASE WHEN total < ? THEN ? ELSE total END WHERE id = ?",
+                         good, n - good, n, n, batch_id)
 
     async def batch_lines_done(self, batch_id: str) -> set[int]:
         """The lines of a batch with a result already (a worker taking over skips them)."""

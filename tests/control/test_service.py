@@ -70,7 +70,8 @@ class FakeAgent:
     async def stop(self) -> None:
         await self.conn.stop()
         if self.task is not None:
-            await asyncio.wait_for(self.task, 5)
+            done, _ = await asyncio.wait({self.task}, timeout=10)
+            assert done, "the fake agent did not stop within 10 s"
 
 
 async def until(predicate, timeout: float = 10.0, what: str = "the condition") -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import anthropic
 import openai
 import pytest
 
@@ -61,6 +62,25 @@ async def test_a_streamed_answer_is_kept_as_its_message(stored_gateway, recorder
     assert text == "answer 1"
     await client.chat.completions.create(model="m", messages=said("two"), stream=True, extra_headers=THREAD)
     assert engine.messages() == [("system", "Be brief."), ("user", "one"), ("assistant", "answer 1"), ("user", "two")]
+
+
+async def test_the_anthropic_sdk_continues_a_thread_too(stored_gateway, recorder):
+    engine = await recorder()
+    sg = await stored_gateway([model("m", engine.url + "/v1")])
+    await sg.turn_on(threads=True)
+    client = anthropic.AsyncAnthropic(base_url=sg.url, api_key="sk-a", max_retries=0)
+    try:
+        await client.messages.create(model="m", max_tokens=20, messages=[{"role": "user", "content": "one"}],
+                                     extra_headers=THREAD)
+        async with client.messages.stream(model="m", max_tokens=20, messages=[{"role": "user", "content": "two"}],
+                                          extra_headers=THREAD) as stream:
+            assert await stream.get_final_text() == "answer 2"
+        await client.messages.create(model="m", max_tokens=20, messages=[{"role": "user", "content": "three"}],
+                                     extra_headers=THREAD)
+    finally:
+        await client.close()
+    assert engine.messages() == [("user", "one"), ("assistant", "answer 1"), ("user", "two"),
+                                 ("assistant", "answer 2"), ("user", "three")]
 
 
 async def test_oldest_turns_are_left_out_to_fit_the_context(stored_gateway, recorder):
