@@ -162,7 +162,7 @@ def check_server(config: ServerConfig) -> list[Problem]:
     problems += _admission(config.admission)
     problems += _accounting(config)
     problems += _control(config)
-    for key in ("url", "api"):
+    for key in ("url", "api", "registry"):
         value = getattr(config.mirror, key)
         if value:
             problems += _url(("mirror", key), value, "an address")
