@@ -11,7 +11,12 @@ import datetime as dt
 
 from llmgw.cli.common import add_json_flag, print_json
 from llmgw.cli.main import UsageError
-from llmgw.cli.store_access import add_store_arguments, parse_duration, tenancy_command, when
+from llmgw.cli.store_access import (
+    add_store_arguments,
+    parse_duration,
+    tenancy_command,
+    when,
+)
 
 _FEATURES = {
     "threads": (

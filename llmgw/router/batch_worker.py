@@ -198,12 +198,12 @@ class BatchWorker:
                     await asyncio.wait({run, renewing}, return_when=asyncio.FIRST_COMPLETED)
                 except asyncio.CancelledError:  # shutting down: the lines in flight stop with us
                     run.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
                         await run
                     raise
                 if not run.done():  # the lease is gone: another control plane goes on from the lines kept
                     run.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
                         await run
                     logs.event(log, "batch worker lease lost", logging.WARNING, batch_id=batch.id)
                     return
@@ -367,18 +367,22 @@ class BatchRun:
                 if len(self._pending) >= FLUSH_AT:
                     await self._flush()
 
-        watcher = asyncio.create_task(self._watch())
+        senders_done = asyncio.Event()
+        watcher = asyncio.create_task(self._watch(senders_done))
         try:
             await asyncio.gather(*(sender() for _ in range(max(1, self.worker.settings.concurrency))))
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            # Told, not cancelled: a store write cut in the middle could be kept and still look failed.
+            senders_done.set()
+            await watcher
 
-    async def _watch(self) -> None:
+    async def _watch(self, senders_done: asyncio.Event) -> None:
         """Write results as they come, and stop starting lines when the batch is cancelled or out of time."""
-        while not self.stop.is_set():
-            await asyncio.sleep(FLUSH_EVERY)
+        while not (self.stop.is_set() or senders_done.is_set()):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(senders_done.wait(), FLUSH_EVERY)
+            if senders_done.is_set():
+                return
             try:
                 await self._flush()
                 now = await self.store.get_batch(self.batch.id)

@@ -25,7 +25,15 @@ from llmgw import __version__
 from llmgw.auth.principal import Principal
 from llmgw.router.client_data import authenticate, json_response
 from llmgw.router.errors import GatewayError, dumps, loads
-from llmgw.router.memory import Notebook, forget, note_json, notebook, read, recall, remember
+from llmgw.router.memory import (
+    Notebook,
+    forget,
+    note_json,
+    notebook,
+    read,
+    recall,
+    remember,
+)
 
 #: Protocol revisions answered, newest first; a client asking for another is offered the newest.
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")

@@ -159,7 +159,8 @@ async def recorder():
         app.router.add_get("/v1/models", models)
         if llamacpp:
             app.router.add_get("/props", props)
-        runner = web.AppRunner(app, access_log=None)
+        # A short shutdown: the gateway's keep-alive connections must not hold the test's end up.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

@@ -146,6 +146,22 @@ async def test_a_cancelled_batch_says_what_ran_and_what_did_not(stored_gateway, 
     assert (await client.batches.cancel(batch.id)).status == "cancelled", "cancelling again changes nothing"
 
 
+async def test_only_the_lease_holder_runs_batches(stored_gateway, sim):
+    engine = await sim(models=["m"])
+    sg = await stored_gateway([model("m", engine)])
+    assert await sg.store.try_acquire_lease(LEASE_NAME, "another-control-plane", 60)
+    client = sg.client()
+    uploaded = await client.files.create(file=("r.jsonl", jsonl([chat_line(i) for i in range(3)])), purpose="batch")
+    batch = await client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                        completion_window="24h")
+    await sg.data.worker.round()
+    assert (await client.batches.retrieve(batch.id)).status == "validating", "another control plane holds it"
+    await sg.store.release_lease(LEASE_NAME, "another-control-plane")
+    sg.data.worker.wake()
+    done = await until_done(client, batch.id)
+    assert (done.status, done.request_counts.completed) == ("completed", 3)
+
+
 async def test_files_belong_to_their_project(stored_gateway, http):
     sg = await stored_gateway([model("m", "http://127.0.0.1:9/v1")])
     mine, theirs = sg.client(), sg.client("sk-b")

@@ -8,7 +8,11 @@ import json
 import pytest
 
 from llmgw.store import Conflict, Invalid, NotFound, Store
-from llmgw.store.client_data import DEFAULT_CACHE_TTL, DEFAULT_THREAD_RETENTION, BatchResult
+from llmgw.store.client_data import (
+    DEFAULT_CACHE_TTL,
+    DEFAULT_THREAD_RETENTION,
+    BatchResult,
+)
 
 from .conftest import FakeClock, Tree
 
