@@ -9,20 +9,14 @@ every problem with its path: `scaling.min: expected an integer, got 'two'`.
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 from typing import Any
 
 import attrs
 import cattrs
-from cattrs.errors import (
-    ClassValidationError,
-    ForbiddenExtraKeysError,
-    IterableValidationError,
-)
 
 from llmgw.config.errors import format_path
-from llmgw.config.fields import yaml_key
 from llmgw.config.load import make_converter
+from llmgw.config.structure_errors import flatten
 from llmgw.config.units import describe
 
 __all__ = ["CONVERTER", "BadRequest", "structure", "unstructure"]
@@ -74,32 +68,7 @@ def unstructure(value: Any) -> Any:
 
 
 def _problems(exc: BaseException, path: tuple) -> list[str]:
-    if isinstance(exc, ClassValidationError):
-        found: list[str] = []
-        with_notes, without = exc.group_exceptions()
-        for sub, note in with_notes:
-            found += _problems(sub, (*path, _key_of(exc.cl, note.name)))
-        for sub in without:
-            if isinstance(sub, ForbiddenExtraKeysError):
-                known = [yaml_key(f) for f in attrs.fields(exc.cl)]
-                for key in sorted(sub.extra_fields, key=str):
-                    close = difflib.get_close_matches(str(key), known, n=1)
-                    hint = f" (did you mean '{close[0]}'?)" if close else f"; known: {', '.join(known)}"
-                    found.append(_at((*path, str(key)), f"unknown field{hint}"))
-            else:
-                found += _problems(sub, path)
-        return found
-    if isinstance(exc, IterableValidationError):
-        found = []
-        with_notes, without = exc.group_exceptions()
-        for sub, note in with_notes:
-            found += _problems(sub, (*path, note.index))
-        for sub in without:
-            found += _problems(sub, path)
-        return found
-    if isinstance(exc, KeyError):
-        return [_at(path, "required, and missing")]
-    return [_at(path, str(exc))]
+    return [_at(where, message) for where, message in flatten(exc, path)]
 
 
 def _at(path: tuple, message: str) -> str:
@@ -107,8 +76,3 @@ def _at(path: tuple, message: str) -> str:
     return f"{where}: {message}" if where else message
 
 
-def _key_of(cl: type, attribute: str) -> str:
-    for f in attrs.fields(cl):
-        if f.name == attribute:
-            return yaml_key(f)
-    return attribute

@@ -19,8 +19,6 @@ from typing import Any, Callable, Literal, Mapping
 import attrs
 import cattrs
 from cattrs.errors import (
-    ClassValidationError,
-    ForbiddenExtraKeysError,
     IterableValidationError,
     IterableValidationNote,
 )
@@ -32,6 +30,7 @@ from llmgw.config import validate
 from llmgw.config.agent import AgentConfig
 from llmgw.config.errors import ConfigError, Problem, format_path
 from llmgw.config.fields import yaml_key
+from llmgw.config.structure_errors import flatten
 from llmgw.config.secrets import Secret
 from llmgw.config.server import ServerConfig
 from llmgw.config.units import ByteSize, Duration, describe
@@ -212,40 +211,7 @@ def _attrs_unstructure(cl: type, conv: cattrs.Converter) -> Callable[[Any], dict
 
 def _problems(exc: BaseException, path: tuple, cl: type | None = None) -> list[Problem]:
     """Flatten cattrs' nested exceptions into problems with their paths."""
-    if isinstance(exc, ClassValidationError):
-        found: list[Problem] = []
-        with_notes, without = exc.group_exceptions()
-        for sub, note in with_notes:
-            found += _problems(sub, (*path, _key_of(exc.cl, note.name)))
-        for sub in without:
-            if isinstance(sub, ForbiddenExtraKeysError):
-                found += [
-                    Problem((*path, str(key)), _unknown_key(str(key), exc.cl, path))
-                    for key in sorted(sub.extra_fields, key=str)
-                ]
-            else:
-                found += _problems(sub, path)
-        return found
-    if isinstance(exc, IterableValidationError):
-        found = []
-        with_notes, without = exc.group_exceptions()
-        for sub, note in with_notes:
-            found += _problems(sub, (*path, note.index))
-        for sub in without:
-            found += _problems(sub, path)
-        return found
-    if isinstance(exc, KeyError):
-        return [Problem(path, "required, and missing")]
-    if isinstance(exc, (ValueError, TypeError)):
-        return [Problem(path, str(exc))]
-    return [Problem(path, f"cannot be read: {exc}")]
-
-
-def _key_of(cl: type, attribute: str) -> str:
-    for f in attrs.fields(cl):
-        if f.name == attribute:
-            return yaml_key(f)
-    return attribute
+    return [Problem(where, message) for where, message in flatten(exc, path, _unknown_key)]
 
 
 def _unknown_key(key: str, cl: type, path: tuple) -> str:
