@@ -73,6 +73,7 @@ class Leadership:
         self.last_error = ""
         self._valid_until = 0.0
         self._waiters: list[asyncio.Future] = []
+        self._stopping = False
         self._task: asyncio.Task | None = None
 
     @property
@@ -105,11 +106,13 @@ class Leadership:
 
     def start(self) -> None:
         if self._task is None or self._task.done():
+            self._stopping = False
             self._task = asyncio.create_task(self.run(), name="llmgw-leadership")
 
     async def stop(self, *, release: bool = True) -> None:
         """Stop campaigning; with `release`, give the lease up so a standby takes over at once."""
         task, self._task = self._task, None
+        self._stopping = True  # ends the loop even if the cancellation is lost on the way
         await cancel_and_wait(task)
         if self.leading:
             if release:
@@ -120,7 +123,7 @@ class Leadership:
             await self._set(False, "stopping")
 
     async def run(self) -> None:
-        while True:
+        while not self._stopping:
             await self.step()
             delay = self.interval
             if self.leading:
@@ -135,7 +138,8 @@ class Leadership:
         fut = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         try:
-            await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                await fut
         except TimeoutError:
             pass
         finally:

@@ -104,6 +104,7 @@ class Reconciler(AgentEvents):
         #: no new replica is placed before this (monotonic): after a take-over, agents register first
         self.hold_starts_until = 0.0
         self._wake = asyncio.Event()
+        self._stopping = False
         self._task: asyncio.Task | None = None
         self._pass_lock = asyncio.Lock()
 
@@ -115,23 +116,30 @@ class Reconciler(AgentEvents):
 
     def start(self) -> None:
         if self._task is None or self._task.done():
+            self._stopping = False
             self._task = asyncio.create_task(self.run(), name="llmgw-reconciler")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
+        # The flag and the wake-up end the loop even if a cancellation is lost on the way.
+        self._stopping = True
+        self._wake.set()
         await cancel_and_wait(task)
 
     async def run(self) -> None:
         interval = self.control.reconcile_interval.total_seconds()
-        while True:
+        while not self._stopping:
             try:
                 await self.reconcile_once()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("reconciler pass failed")
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+            # arrives as the event is set, and stop() would then wait for ever.
             try:
-                await asyncio.wait_for(self._wake.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()
@@ -189,7 +197,8 @@ class Reconciler(AgentEvents):
         st.waiters.append(fut)
         self.kick()
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(fut)
         finally:
             if fut in st.waiters and not fut.done():
                 fut.cancel()

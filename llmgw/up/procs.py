@@ -147,7 +147,8 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self.proc.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await self.proc.wait()
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()

@@ -201,8 +201,9 @@ async def wait_for_answer(children: list[Child], stopping: asyncio.Event, base_u
             if now - last_said >= 15:
                 say(f"waiting for {model} to answer ({now - started:.0f} s; the gateway says: {last})")
                 last_said = now
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stopping.wait(), 0.5)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await stopping.wait()
 
 
 async def run_up(opts: UpOptions, on_ready: Callable[[UpInfo], None], *, say: Say = _say,
@@ -267,8 +268,9 @@ async def _run_locked(opts: UpOptions, layout: Layout, on_ready: Callable[[UpInf
                     tail = "\n".join(f"  {line}" for line in child.log_tail())
                     raise UpError(f"llmgw {child.name} exited (status {child.proc.returncode}); "
                                   f"its log ({child.log_path}) ends:\n{tail}")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stopping.wait(), 1.0)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await stopping.wait()
         return 0
     finally:
         say("stopping: the agent, its engines, then the control plane")
