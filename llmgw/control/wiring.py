@@ -39,6 +39,7 @@ def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: b
     from llmgw.router.gateway import GATEWAY
 
     slot = install_control_plane(app, config, app[GATEWAY].replicas, **options)
+    app[GATEWAY].control = slot  # the router starts on-demand models through it
     app[GATEWAY].metrics.bind(model_updates=lambda: slot.plane.updates.available() if slot.plane else ())
     if admin and config.admin_listen:
         app.cleanup_ctx.append(functools.partial(_admin_listener, config, slot))

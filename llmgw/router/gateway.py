@@ -47,6 +47,9 @@ class Gateway:
         self.upstream = Upstream(self.timeouts)
         self.scraper: Scraper | None = None
         self.keys_required = config.auth.keys_required
+        #: the control plane's slot (llmgw.control.service.ControlPlaneSlot), set by llmgw.control.wiring;
+        #: None on a gateway without one: models then only come from server.yaml's endpoints
+        self.control = None
         self.guard = None  # guard: a llmgw.guard.gateway.GuardLayer, set by the server (None: nothing checked)
         metrics.bind(queue_depths=self.admission.depths, replicas=lambda: list(replicas))
 

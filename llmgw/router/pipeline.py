@@ -255,15 +255,41 @@ async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, bo
         want = Want(session=session[:256] if session else None, prefix=prefix_hashes(candidate, text))
         try:
             grant = await gw.admission.acquire(candidate, call.band, want)
-        except (NoReplica, QueueFull) as exc:
+        except NoReplica as exc:
+            grant = await _start_on_demand(gw, call, candidate, want)
+            if grant is None:
+                first = first or exc
+                continue
+        except QueueFull as exc:
             first = first or exc
             continue
+        plane = _control_plane(gw)
+        if plane is not None:
+            plane.touch(candidate)  # keeps an on-demand model from being stopped as idle
         if candidate != model:
             reason = "queue_full" if isinstance(first, QueueFull) else "no_replica"
             gw.metrics.fallbacks.labels(model, candidate, reason).inc()
         return grant, candidate
     assert first is not None
     raise first
+
+
+def _control_plane(gw: Gateway):
+    return gw.control.plane if gw.control is not None else None
+
+
+async def _start_on_demand(gw: Gateway, call: Call, model: str, want: Want) -> Grant | None:
+    """A model the control plane knows but runs nowhere yet: start it and wait, within the band's wait."""
+    plane = _control_plane(gw)
+    if plane is None or not plane.knows(model):
+        return None
+    from llmgw.control.state import ModelUnavailable
+
+    try:
+        await plane.ensure_started(model, timeout=gw.admission.max_wait(call.band))
+        return await gw.admission.acquire(model, call.band, want)
+    except (ModelUnavailable, TimeoutError, NoReplica, QueueFull):
+        return None
 
 
 # ---------------------------------------------------------------- to the engine and back

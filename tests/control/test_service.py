@@ -220,3 +220,62 @@ async def test_attached_to_the_gateway_with_the_admin_api(tmp_path, aiohttp_clie
                             headers={"Authorization": f"Bearer {token}"}) as resp:
             assert resp.status == 200
             assert [m["name"] for m in (await resp.json())["models"]] == ["tiny"]
+
+
+class EngineStartingAgent(FakeAgent):
+    """As FakeAgent, but each StartShard starts a real sim engine that demands the key it was given."""
+
+    def __init__(self, urls: list[str]) -> None:
+        super().__init__(urls)
+        self.engines: list = []
+
+    async def on_session(self, session) -> None:
+        from llmgw.simengine import SimOptions, start
+
+        self.welcomes.append(session.url)
+        async for message in session:
+            if isinstance(message, w.StartShard):
+                engine = await start(SimOptions(models=(message.model,), port=0, api_key=message.api_key,
+                                                ttft=0.0, tpot=0.0))
+                self.engines.append(engine)
+                self.shards[message.shard_id] = message
+                self.ports[message.shard_id] = engine.port
+                await session.send(w.ShardStatus(shard_id=message.shard_id, state="ready", model=message.model,
+                                                 port=engine.port, command_id=message.command_id))
+
+    async def stop(self) -> None:
+        await super().stop()
+        for engine in self.engines:
+            await engine.close()
+
+
+async def test_an_on_demand_model_starts_on_its_first_request_through_the_gateway(tmp_path, aiohttp_client):
+    from llmgw.control.wiring import attach_control_plane
+    from llmgw.server import make_gateway_app
+
+    config = parse_server_config({
+        "agent_listen": f"127.0.0.1:{free_port()}", "agent_insecure": True, "admin_listen": f"127.0.0.1:{free_port()}",
+        "admin_token_file": str(tmp_path / "admin-token"),
+        "store": {"dsn": str(tmp_path / "store.db")}, "auth": {"keys_required": False},
+        "control": {"lease_ttl": "1200ms", "reconcile_interval": "200ms"},
+        "models": [{"name": "lazy", "engine": "sim", "profiles": [{"name": "cpu"}],
+                    "scaling": {"min": 0, "max": 1, "on_demand": True}}],
+    })
+    app = make_gateway_app(config)
+    slot = attach_control_plane(app, config, engines=ENGINES, holder="cp-1", admin=False)
+    client = await aiohttp_client(app)
+    await until(lambda: slot.plane is not None and slot.plane.leading, timeout=5, what="leading")
+    slot.plane.reconciler.hold_starts_until = 0.0  # no take-over to wait out in a test
+    agent = EngineStartingAgent([f"127.0.0.1:{slot.plane.agent_port}"])
+    agent.start()
+    try:
+        await until(lambda: slot.plane.nodes(), what="the agent registered")
+        await asyncio.sleep(0.5)
+        assert agent.shards == {}, "an on-demand model runs nothing before it is asked for"
+        resp = await client.post("/v1/chat/completions", json={
+            "model": "lazy", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4})
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["choices"][0]["message"]["content"]
+        assert len(agent.shards) == 1
+    finally:
+        await agent.stop()
