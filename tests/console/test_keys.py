@@ -234,3 +234,37 @@ async def test_a_fault_of_the_console_is_shown_not_a_crash(app, monkeypatch):
     assert "The console failed" in text and "RuntimeError: a bug" in text
     await keys(app, "enter")
     assert not app.dialogs and app.view.title == "Nodes"
+
+
+async def test_class_and_owner_of_a_model_added_at_run_time(app, live):
+    await live.cluster.add_model({"name": "extra", "profiles": [{"engine": "sim", "gpus": 1}]}, replace=False,
+                                 actor="ann")
+    await open_view(app, "Models")
+    await row(app, "extra")
+    await keys(app, "enter")
+    await choose(app, "Class")
+    text = screen(app)
+    assert "Class of extra" in text and "◀ standard ▶" in text
+    await keys(app, "enter")  # a form of one field is sent by Enter on it: nothing changed
+    assert "Nothing changed; nothing was sent." in screen(app)
+    await keys(app, "right", "enter")
+    assert live.cluster.calls[-1][0] == "add_model"
+    assert status(app) == "extra: class opportunistic"
+    row_text = next(line for line in screen(app).splitlines() if "extra" in line and "store" in line)
+    assert "opportunistic" in row_text
+
+    await keys(app, "enter")
+    await choose(app, "Owner")
+    await type_in(app, "team:acme/search")
+    await keys(app, "enter")
+    assert status(app) == "extra: owner team:acme/search"
+    detail = await live.cluster.model("extra")
+    assert detail.model.owner == "team:acme/search" and detail.model.model_class == "opportunistic"
+
+
+async def test_class_of_a_model_from_server_yaml_says_where_to_change_it(app, live):
+    await open_view(app, "Models")
+    await keys(app, "enter")
+    await choose(app, "Class")
+    text = screen(app)
+    assert "Declared in server.yaml" in text and "qwen-small is declared in server.yaml: change its class there" in text

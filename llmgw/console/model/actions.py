@@ -70,6 +70,12 @@ class Actions:
         return await self._call(("models", "replicas", "nodes"), "POST", "/models", spec,
                                 replace=True if replace else None)
 
+    async def change_model(self, name: str, change: dict[str, Any]) -> dict[str, Any]:
+        """Set some of a run-time model's fields: its definition as the control plane has it, changed, sent back."""
+        detail = await self.model_detail(name)
+        spec = {**detail["spec"], **change}
+        return await self._call(("models", "replicas", "nodes"), "POST", "/models", spec, replace=True)
+
     async def restart_all(self, models: list[str]) -> list[str]:
         """Restart every model's replicas, one model after another; a line per model, refusals included."""
         lines = []

@@ -1,15 +1,20 @@
-"""Watch: Models — the catalog; details, scale, restart, remove, why it is placed; A adds one from a file."""
+"""Watch: Models — the catalog; details, scale, class, owner, restart, remove, why it is placed; A adds one from a file."""
 
 from __future__ import annotations
 
 import io
+import typing
 from typing import Any
 
+from llmgw.config.server import ModelClass
 from llmgw.console.model import read_model_definition
 from llmgw.console.views.base import Action, TableView
 from llmgw.console.views.fleet import restart_form
 from llmgw.console.widgets import ChoiceField, Row, TextField
 from llmgw.console.widgets.form import duration, whole
+
+#: The model classes, most protected first (server.yaml's `class`).
+MODEL_CLASSES = typing.get_args(ModelClass)
 
 __all__ = ["ModelsView", "explain_lines", "model_lines"]
 
@@ -97,6 +102,8 @@ class ModelsView(TableView):
         name = row.key
         return [("Details", lambda: self.details(name)),
                 ("Replicas (scale)…", lambda: self.scale(name)),
+                ("Class…", lambda: self.change_class(name)),
+                ("Owner…", lambda: self.change_owner(name)),
                 ("Restart its replicas…", lambda: restart_form(self.app, name)),
                 ("Why is it placed where it is", lambda: self.explain(name)),
                 ("Remove…", lambda: self.remove(name))]
@@ -136,11 +143,43 @@ class ModelsView(TableView):
         self.app.form(f"Scale {name}", fields, send, done=done, check=_scale_check,
                       intro=["Fields left as they are keep their value. `llmgw ctl model scale` does the same."])
 
-    def remove(self, name: str) -> None:
+    def _declared_in_file(self, name: str, what: str) -> bool:
+        """A model from server.yaml is changed there: say so and do nothing."""
         m = self._model(name)
-        if m is not None and m["origin"] == "file":
-            self.app.show("Declared in server.yaml",
-                          [f"{name} is declared in server.yaml: remove it there, and the control plane follows."])
+        if m is None or m["origin"] != "file":
+            return False
+        self.app.show("Declared in server.yaml",
+                      [f"{name} is declared in server.yaml: {what} there (Settings › models), "
+                       "and the control plane follows."])
+        return True
+
+    def change_class(self, name: str) -> None:
+        m = self._model(name)
+        if m is None or self._declared_in_file(name, "change its class"):
+            return
+        field = ChoiceField("class", "Class", list(MODEL_CLASSES), m["class"])
+        self.app.form(f"Class of {name}", [field], lambda v: self._change(name, {"class": v["class"]}),
+                      done=lambda d: self.app.note(f"{name}: class {d['model']['class']}"),
+                      intro=["Whose capacity gives way when there is not enough for everyone:",
+                             "critical models are never stopped for others; opportunistic ones give way first."])
+
+    def change_owner(self, name: str) -> None:
+        m = self._model(name)
+        if m is None or self._declared_in_file(name, "change its owner"):
+            return
+        field = TextField("owner", "Owner", m["owner"] or "", hint="like team:search; empty for none")
+        self.app.form(f"Owner of {name}", [field], lambda v: self._change(name, {"owner": v["owner"].strip()}),
+                      done=lambda d: self.app.note(f"{name}: owner {d['model']['owner'] or '-'}"))
+
+    def _change(self, name: str, change: dict[str, Any]):
+        m = self._model(name) or {}
+        key, value = next(iter(change.items()))
+        if m.get(key) == value or (key == "owner" and (m.get("owner") or "") == value):
+            raise ValueError("Nothing changed; nothing was sent.")
+        return self.actions.change_model(name, change)
+
+    def remove(self, name: str) -> None:
+        if self._declared_in_file(name, "remove it"):
             return
         self.app.ask([f"Remove {name}?", "Its replicas stop and it leaves the catalog."],
                      lambda: self.app.run(self.actions.remove_model(name),
