@@ -4,7 +4,9 @@
 binaries (``apt-get install postgresql``), in a temporary directory, on a
 free port of 127.0.0.1, trust authentication, stopped at the end. Without
 the binaries its tests are skipped, unless the environment variable CI is
-set, where that is a failure.
+set, where that is a failure. A server left behind by a run that was killed
+(its ``owner.pid`` names a process that is gone) is stopped and removed
+when the next run starts one.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,6 +134,41 @@ class PostgresServer:
         self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _postmaster_alive(base: Path) -> bool:
+    try:
+        return _alive(int((base / "data" / "postmaster.pid").read_text().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _sweep_abandoned_servers(bin_dir: Path, as_postgres: bool) -> None:
+    """Stop and remove the test servers of runs that were killed before they could stop theirs."""
+    for folder in {"/dev/shm", tempfile.gettempdir()}:
+        for base in Path(folder).glob("llmgw-pg-*"):
+            try:
+                owner = int((base / "owner.pid").read_text())
+            except (OSError, ValueError):
+                owner = None
+            if owner is None:  # made by an older suite: removed once its server is gone and it is old
+                if _postmaster_alive(base) or time.time() - base.stat().st_mtime < 3600:
+                    continue
+            elif _alive(owner):
+                continue
+            if (base / "data" / "postmaster.pid").exists():
+                PostgresServer(bin_dir, base, as_postgres).stop()
+            shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     bin_dir = find_postgres_bin()
@@ -144,7 +182,9 @@ def postgres_server() -> Iterator[PostgresServer]:
     # disk, and creating a database per test is several times faster there.
     # (A container's default 64 MB /dev/shm is too small: then the disk it is.)
     shm = "/dev/shm" if _free_bytes("/dev/shm") >= 1 << 30 else None
+    _sweep_abandoned_servers(bin_dir, as_postgres)
     base = Path(tempfile.mkdtemp(prefix="llmgw-pg-", dir=shm))
+    (base / "owner.pid").write_text(str(os.getpid()))
     if as_postgres:
         try:
             account = pwd.getpwnam("postgres")

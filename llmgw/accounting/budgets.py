@@ -27,6 +27,7 @@ import attrs
 from llmgw.accounting.api import LimitExceeded
 from llmgw.accounting.prices import format_money
 from llmgw.store import Store, StoreError
+from llmgw.tasks import cancel_and_wait
 
 log = logging.getLogger("llmgw.accounting")
 
@@ -175,9 +176,7 @@ class BudgetBook:
                 del self._states[key]
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)
 
     # ---- admission (synchronous: no await between check and hold) -----------
 

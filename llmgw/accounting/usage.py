@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from llmgw.store import Invalid, Store, UsageRow
+from llmgw.tasks import cancel_and_wait
 
 log = logging.getLogger("llmgw.accounting")
 
@@ -121,11 +122,8 @@ class UsageWriter:
         """Write every buffered row (trying for up to ``timeout`` seconds while the store fails), then stop."""
         self._stopped = True
         self._wake.set()
-        for task in (self._janitor,):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._janitor = None
+        janitor, self._janitor = self._janitor, None
+        await cancel_and_wait(janitor)
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None

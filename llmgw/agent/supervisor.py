@@ -33,6 +33,7 @@ import attrs
 from llmgw.agent import procs
 from llmgw.agent.procs import LaunchError, LogRing, LogTail, ProcessIdentity
 from llmgw.plugins.types import LaunchPlan
+from llmgw.tasks import cancel_and_wait
 
 __all__ = [
     "Supervisor", "Shard", "SupervisorError", "ReadyCheck", "SHARD_ENV", "valid_shard_id", "write_atomic",
@@ -323,9 +324,7 @@ class Supervisor:
 
     async def close(self) -> None:
         """Stop watching; every engine keeps running for the next agent to adopt."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)
         for shard in self._shards.values():
             if shard._popen is not None and shard._popen.returncode is None:
                 # The engine outlives this object: tell subprocess not to warn about it.

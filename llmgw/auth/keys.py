@@ -26,6 +26,7 @@ import attrs
 
 from llmgw.auth.principal import AuthError, Principal
 from llmgw.store import ResolvedKey, Store, StoreError
+from llmgw.tasks import cancel_and_wait
 
 log = logging.getLogger("llmgw.auth")
 
@@ -242,12 +243,7 @@ class KeyResolver:
     async def stop(self) -> None:
         """Stop the writer and write what is left."""
         task, self._touch_task = self._touch_task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
         await self.flush_last_used()
 
     async def flush_last_used(self) -> int:

@@ -25,9 +25,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llmgw.control.tasks import cancel_and_wait
 from llmgw.obs import logs
 from llmgw.store import Lease, Store
+from llmgw.tasks import cancel_and_wait
 
 log = logs.get("llmgw.control.leader")
 

@@ -45,10 +45,10 @@ from llmgw.control.state import (
     ReplicaRecord,
     new_replica_id,
 )
-from llmgw.control.tasks import cancel_and_wait
 from llmgw.obs import logs
 from llmgw.plugins.types import Engine
 from llmgw.router.replicas import ReplicaSet
+from llmgw.tasks import cancel_and_wait
 from llmgw.wire.messages import (
     StartShard,
     StopShard,

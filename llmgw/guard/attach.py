@@ -24,6 +24,7 @@ from llmgw.guard.policy import (
     parse_attachments,
 )
 from llmgw.obs import logs
+from llmgw.tasks import cancel_and_wait
 
 __all__ = [
     "REFRESH_SECONDS",
@@ -112,10 +113,5 @@ class AttachmentWatcher:
                 logs.event(log, "guard settings not read", logging.WARNING, error=str(exc))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)

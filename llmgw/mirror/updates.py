@@ -32,6 +32,7 @@ import attrs
 
 from llmgw.config.server import MirrorConfig
 from llmgw.obs import logs
+from llmgw.tasks import cancel_and_wait
 
 log = logs.get("llmgw.mirror.updates")
 
@@ -202,9 +203,7 @@ class UpdateWatcher:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         await asyncio.sleep(self.first_delay)

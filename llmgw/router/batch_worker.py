@@ -49,6 +49,7 @@ from llmgw.router.gateway import GATEWAY, INTERNAL_PRINCIPAL, REQUEST_ID
 from llmgw.router.pipeline import new_request_id, serve
 from llmgw.store import StoreError
 from llmgw.store.client_data import Batch, BatchResult
+from llmgw.tasks import cancel_and_wait
 
 log = logs.get("llmgw.router.batches")
 
@@ -164,9 +165,7 @@ class BatchWorker:
         task, self._task = self._task, None
         if task is None:
             return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
         with contextlib.suppress(Exception):
             await self.store.release_lease(LEASE_NAME, self.holder)
 
@@ -211,9 +210,7 @@ class BatchWorker:
                     log.error("batch run failed; it is tried again next round", exc_info=run.exception(),
                               extra={"fields": {"batch_id": batch.id}})
         finally:
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
+            await cancel_and_wait(renewing)
 
     async def _renew(self, epoch: int) -> None:
         """Keep the lease; returns when it is lost (or cannot be renewed before it lapses)."""

@@ -33,6 +33,7 @@ from llmgw.router.errors import JSON, GatewayError, bad_request, dumps
 from llmgw.router.gateway import GATEWAY, Gateway
 from llmgw.store import Conflict, Invalid, NotFound, Store, StoreError, StoreUnavailable
 from llmgw.store.client_data import ProjectFeatures
+from llmgw.tasks import cancel_and_wait
 
 log = logs.get("llmgw.router.client_data")
 
@@ -80,11 +81,8 @@ class ClientData:
         self._janitor = asyncio.create_task(self._janitor_loop(), name="llmgw-client-data-janitor")
 
     async def close(self) -> None:
-        if self._janitor is not None:
-            self._janitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._janitor
-            self._janitor = None
+        janitor, self._janitor = self._janitor, None
+        await cancel_and_wait(janitor)
         if self.worker is not None:
             await self.worker.stop()
             self.worker = None

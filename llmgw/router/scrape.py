@@ -21,6 +21,7 @@ import aiohttp
 
 from llmgw.obs import logs
 from llmgw.router.replicas import EngineLoad, Replica, ReplicaSet
+from llmgw.tasks import cancel_and_wait
 
 log = logs.get("llmgw.router.scrape")
 
@@ -93,13 +94,8 @@ class Scraper:
             self._task = asyncio.create_task(self._run(), name="llmgw-replica-scraper")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:

@@ -10,7 +10,6 @@ error middleware leaves them alone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator
 
@@ -18,6 +17,7 @@ from aiohttp import web
 
 from llmgw.config.server import ServerConfig
 from llmgw.store import StoreError
+from llmgw.tasks import cancel_and_wait
 from llmgw.web import pages_account as account
 from llmgw.web import pages_admin as admin
 from llmgw.web import pages_auth as auth
@@ -85,10 +85,7 @@ async def _portal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         portal.passwords.close()
 
 
