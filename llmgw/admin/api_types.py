@@ -92,7 +92,7 @@ class SettingInfo:
     """A cluster setting: what is in force and where it comes from."""
 
     key: str = field("The setting's name, as server.yaml names it: router.retries.attempts.")
-    value: Any = field("The value in force.")
+    value: Any = field("The cluster's value: the store's when set there and usable, else server.yaml's.")
     source: str = field("store (set through the API, wins) or file (server.yaml, or its default).")
     file_value: Any = field("What server.yaml (or its default) says, in force when the setting is unset.")
     type: str = field("integer, duration, boolean, choice or text.")
@@ -101,6 +101,13 @@ class SettingInfo:
     version: int = field("Changes made to it through the API (0: never set).", 0)
     updated_at: dt.datetime | None = field("When it was last set through the API.", None)
     actor: str | None = field("Who set it last.", None)
+    applies: str = field("live: a change is taken up by this control plane at once (the others within seconds); "
+                         "restart: it takes effect when llmgw server next starts on each control plane. The "
+                         "same word GET /server-config gives the key.", "restart")
+    restart_pending: bool = field("This control plane still runs another value, until it restarts.", False)
+    problem: str | None = field("Why the store's value cannot be used (it was written past the API's checks, or "
+                                "names a band server.yaml no longer has), so server.yaml's applies; null when "
+                                "none.", None)
 
 
 @attrs.frozen(kw_only=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -78,19 +79,39 @@ def make_admin_app(
     on_tenancy_change: Callable[[str | None], None] | None = None,
     token: str | None = None,
     clock: Callable[[], dt.datetime] | None = None,
+    config_path: str | None = None,
+    live: Any = None,
+    in_force: Any = None,
 ) -> web.Application:
     """The admin API on `store`, steering `cluster` (none: its endpoints answer 501 with `no_cluster_reason`).
 
     `on_tenancy_change` is told which cached keys to forget after a change to people, keys or limits (a key
-    resolver's `invalidate`); `tenancy` replaces how the Tenancy of a request is built.
+    resolver's `invalidate`); `tenancy` replaces how the Tenancy of a request is built. `config_path` is the
+    server.yaml `config` was read from (/server-config edits it); `live` takes up the keys that apply without
+    a restart (llmgw.server.live.GatewayLive), and with both the file is watched for changes made by hand.
+    `in_force` is the server's configuration in force (llmgw.admin.in_force.ConfigInForce: the file's with
+    the store's cluster settings over it), shared with the server's own watch of the settings, its live
+    applier used; without one the app keeps its own, on `config` and `live`.
     """
+    from llmgw.admin.in_force import ConfigInForce
+
+    if in_force is None:
+        in_force = ConfigInForce(config, live=live)
+    live = in_force.live
     app = web.Application(middlewares=[admin_middleware], client_max_size=MAX_BODY)
-    admin = Admin(config=config, store=store, cluster=cluster, no_cluster_reason=no_cluster_reason,
-                  tenancy=tenancy or default_tenancy(config, on_tenancy_change), token=token or "")
+    admin = Admin(config=in_force.running, store=store, cluster=cluster, no_cluster_reason=no_cluster_reason,
+                  tenancy=tenancy or default_tenancy(config, on_tenancy_change), token=token or "",
+                  config_path=str(config_path) if config_path is not None else None, live=live,
+                  in_force=in_force)
+    in_force.on_change.append(functools.partial(setattr, admin, "config"))  # the admin API's view follows
     if clock is not None:
         admin.clock = clock
     app[ADMIN] = admin
     register(app)
+    if admin.config_path is not None and live is not None:
+        from llmgw.admin.server_config import watch_file
+
+        app.cleanup_ctx.append(watch_file)
     if token is None:
         app.on_startup.append(_load_token)
     return app

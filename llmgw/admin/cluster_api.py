@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from llmgw.admin.cluster_types import (
     ClusterStatus,
+    JobInfo,
     ModelDetail,
     ModelInfo,
     ModelUpdateList,
@@ -41,6 +42,7 @@ __all__ = [
     "ClusterError",
     "ClusterInvalid",
     "ClusterNotFound",
+    "ClusterTimeout",
     "ClusterUnavailable",
     "ClusterUnsupported",
 ]
@@ -80,6 +82,12 @@ class ClusterUnavailable(ClusterError):
     status = 503
 
 
+class ClusterTimeout(ClusterError):
+    """Something the control plane asked on the caller's behalf (a node's agent) did not answer in time (504)."""
+
+    status = 504
+
+
 class ClusterUnsupported(ClusterError):
     """This control plane does not do that at all (501); the message names what it lacks."""
 
@@ -112,6 +120,11 @@ class Cluster(Protocol):
     async def set_labels(self, node_id: str, labels: Mapping[str, str | None], *, actor: str) -> NodeInfo:
         """Set labels (a None value takes one off), kept across the node's re-registrations."""
 
+    async def node_logs(self, node_id: str, *, replica: str, lines: int) -> list[str]:
+        """The last `lines` lines of the node's agent log (or of `replica`'s engine log there), oldest first,
+        as its agent sent them with secrets masked. ClusterNotFound: no such node; ClusterConflict: its agent
+        is not connected; ClusterTimeout: it did not answer in time."""
+
     # ---- models
     async def models(self) -> list[ModelInfo]:
         """The catalog, by name."""
@@ -140,3 +153,10 @@ class Cluster(Protocol):
     # ---- replicas
     async def replicas(self) -> list[ReplicaInfo]:
         """Every replica, by model."""
+
+    # ---- jobs
+    async def jobs(self, *, state: str | None, model: str | None) -> list[JobInfo]:
+        """Jobs since the leader started, newest first (only those in `state`, or of `model`, when given)."""
+
+    async def job(self, job_id: str) -> JobInfo:
+        """One job with its steps; ClusterNotFound naming it when the leader has no such job."""

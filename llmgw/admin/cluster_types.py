@@ -75,6 +75,31 @@ class NodeLabels:
         "Label name to value; null takes the label off. Labels not named are kept.")
 
 
+@attrs.frozen(kw_only=True)
+class NodeLogQuery:
+    """Which of a node's logs to read, and how much of it."""
+
+    lines: int = field("How many of the last lines (1-5000).", 200)
+    replica: str = field("A replica's id: that replica's engine log on the node, instead of the agent's own.", "")
+
+
+@attrs.frozen(kw_only=True)
+class LogLine:
+    """One line of a log."""
+
+    text: str = field("The line as written, anything that looks like a key or a password masked.")
+    level: str = field("error, warning, info or debug, as the line says; empty when it does not say.", "")
+
+
+@attrs.frozen(kw_only=True)
+class NodeLog:
+    """The last lines of a node's agent log, or of one replica's engine log on it."""
+
+    node: str = field("The node's id.")
+    replica: str = field("The replica whose engine log this is; empty for the agent's own log.", "")
+    lines: list[LogLine] = field("The lines, oldest first: the newest is the last.", factory=list)
+
+
 # ---------------------------------------------------------------- replicas
 
 
@@ -148,6 +173,9 @@ class ModelDetail:
     model: ModelInfo = field("The model and its status.")
     spec: dict[str, Any] = field("Its definition as server.yaml writes a model, with every default filled in.")
     replicas: list[ReplicaInfo] = field("Its replicas.", factory=list)
+    job: str | None = field("The newest job following a change to it (GET /jobs/{job}): after an add or a scale, "
+                            "the one that change started; null when it has had none since the leader started.",
+                            None)
 
 
 @attrs.frozen(kw_only=True)
@@ -181,6 +209,7 @@ class RestartResult:
 
     model: str = field("The model.")
     replicas: list[str] = field("Ids of the replicas being replaced or restarted, one at a time.")
+    job: str | None = field("The job following the restart (GET /jobs/{job}); null when none was started.", None)
 
 
 @attrs.frozen(kw_only=True)
@@ -241,6 +270,54 @@ class ModelUpdateList:
     interval_s: float = field("Seconds between checks (mirror.update_check); 0 never checks.", 0.0)
     via: str = field("Who is asked: mirror API, registry, or empty when no mirror is configured.", "")
     error: str = field("Why the last check failed as a whole; the rows are then the check before.", "")
+
+
+# ---------------------------------------------------------------- jobs
+
+#: A job's states: the first two while it has not ended.
+JOB_STATES = ("running", "waiting", "done", "failed")
+
+
+@attrs.frozen(kw_only=True)
+class JobStep:
+    """One thing a job did, and when."""
+
+    at: dt.datetime = field("When.")
+    text: str = field("What, in a sentence: replica r-12 ready on node-a.")
+
+
+@attrs.frozen(kw_only=True)
+class JobInfo:
+    """A change to a model, followed until the model serves as asked or the change has failed."""
+
+    id: str = field("The job's id, like job-3f9a1c.")
+    model: str = field("The model it follows.")
+    kind: str = field("add, change (added again with replace), scale, restart or retry; start or move for replicas "
+                      "the control plane placed by itself (at start, after a crash, off a draining node).")
+    by: str = field("Who started it: the operator, or control-plane.")
+    state: str = field("running; waiting for room (placement finds no free cards for a replica it needs); "
+                       "done; or failed.")
+    now: str = field("What it is doing now (fetching weights on node-a: 1.2 GiB of 4 GiB (30%)), or how it ended.",
+                     "")
+    started: dt.datetime = field("When it started.")
+    ended: dt.datetime | None = field("When it ended; null while it runs or waits.", None)
+    replicas: list[str] = field("Ids of the replicas placed for it.", factory=list)
+    steps: list[JobStep] = field("What it did, oldest first.", factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class JobList:
+    """Jobs since the leading control plane started, newest first."""
+
+    jobs: list[JobInfo] = field("Every job running or waiting, and the last ones that ended.")
+
+
+@attrs.frozen(kw_only=True)
+class JobQuery:
+    """Which jobs to list."""
+
+    state: str | None = field("Only jobs in this state: running, waiting, done or failed.", None)
+    model: str | None = field("Only this model's jobs.", None)
 
 
 # ---------------------------------------------------------------- the whole

@@ -19,6 +19,9 @@ from llmgw.admin.api_types import (
 )
 from llmgw.admin.cluster_api import ClusterError, ClusterNotFound
 from llmgw.admin.cluster_types import (
+    JOB_STATES,
+    JobInfo,
+    JobList,
     ModelDetail,
     ModelList,
     ModelUpdateList,
@@ -29,6 +32,7 @@ from llmgw.admin.cluster_types import (
     RestartResult,
 )
 from llmgw.admin.dispatch import Call
+from llmgw.admin.errors import ApiError
 
 log = logging.getLogger("llmgw.admin")
 
@@ -191,3 +195,21 @@ async def check_model_updates(call: Call) -> ModelUpdateList:
 async def list_replicas(call: Call) -> ReplicaList:
     """Every replica: its model, node, state, GPUs and what it reserves."""
     return ReplicaList(replicas=await call.admin.need_cluster().replicas())
+
+
+# ---------------------------------------------------------------- jobs
+
+
+async def list_jobs(call: Call) -> JobList:
+    """Models being served or changed since the leader started, newest first: each one running, waiting for
+    room on busy cards, done or failed, with what it is doing now. Kept in the leader's memory: the ones
+    running and the last 200 ended."""
+    state = call.query.state
+    if state is not None and state not in JOB_STATES:
+        raise ApiError(400, f"state: one of {', '.join(JOB_STATES)}, got {state!r}")
+    return JobList(jobs=await call.admin.need_cluster().jobs(state=state, model=call.query.model))
+
+
+async def get_job(call: Call) -> JobInfo:
+    """One job and every step it took, with when; read it again to follow it until it ends."""
+    return await call.admin.need_cluster().job(call.params["job"])

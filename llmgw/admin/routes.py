@@ -15,10 +15,13 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.admin import handlers_backup as hb
 from llmgw.admin import handlers_cluster as hc
+from llmgw.admin import handlers_logs as hl
 from llmgw.admin import handlers_ops as ho
 from llmgw.admin import handlers_people as hp
 from llmgw.admin import handlers_usage as hu
+from llmgw.admin import server_config as hs
 from llmgw.admin.api_types import (
     AuditList,
     AuditQuery,
@@ -38,6 +41,9 @@ from llmgw.admin.api_types import (
     UsageReport,
 )
 from llmgw.admin.cluster_types import (
+    JobInfo,
+    JobList,
+    JobQuery,
     ModelAddOptions,
     ModelDetail,
     ModelList,
@@ -45,6 +51,8 @@ from llmgw.admin.cluster_types import (
     NodeInfo,
     NodeLabels,
     NodeList,
+    NodeLog,
+    NodeLogQuery,
     NodeReason,
     PlacementExplanation,
     ReplicaList,
@@ -52,8 +60,10 @@ from llmgw.admin.cluster_types import (
     RestartResult,
     ScaleChange,
 )
+from llmgw.admin.backup_types import BackupList, BackupMade
 from llmgw.admin.dispatch import PREFIX, Route, make_endpoint
 from llmgw.admin.openapi import build_document
+from llmgw.admin.server_config_types import ServerConfigEdit, ServerConfigInfo, ServerConfigSaved
 from llmgw.admin.people_types import (
     IssuedKey,
     KeyCreate,
@@ -90,6 +100,7 @@ TAGS = (
     ("settings", "Cluster settings changed at run time, over server.yaml, with their history."),
     ("audit", "Every change, who made it, through what and how it ended."),
     ("people", "Organizations, teams, projects, people, keys and limits."),
+    ("backups", "Archives of the store and the configuration, made on this control plane."),
     ("meta", "This API's own description."),
 )
 
@@ -98,6 +109,7 @@ MODEL = {"name": "The model's name or one of its aliases."}
 KEY = {"key": "The setting's key, like router.retries.attempts."}
 USER = {"user": "The person's email or id."}
 APIKEY = {"key": "The key's id (key-…) or its prefix."}
+JOB = {"job": "The job's id, like job-3f9a1c."}
 
 ROUTES: tuple[Route, ...] = (
     # ---- cluster
@@ -119,6 +131,8 @@ ROUTES: tuple[Route, ...] = (
     Route(method="PATCH", path="/nodes/{node}/labels", handler=hc.set_node_labels, tag="cluster",
           response=NodeInfo, request=NodeLabels, params=NODE, action="nodes.labels", target="node:{node}",
           summary="Set or take off a node's labels"),
+    Route(method="GET", path="/nodes/{node}/logs", handler=hl.get_node_logs, tag="cluster", response=NodeLog,
+          query=NodeLogQuery, params=NODE, summary="Read a node's agent log, or a replica's engine log"),
     Route(method="GET", path="/models", handler=hc.list_models, tag="cluster", response=ModelList,
           summary="List the catalog"),
     Route(method="POST", path="/models", handler=hc.add_model, tag="cluster", response=ModelDetail,
@@ -143,6 +157,10 @@ ROUTES: tuple[Route, ...] = (
           summary="Check for new files now"),
     Route(method="GET", path="/replicas", handler=hc.list_replicas, tag="cluster", response=ReplicaList,
           summary="List replicas"),
+    Route(method="GET", path="/jobs", handler=hc.list_jobs, tag="cluster", response=JobList, query=JobQuery,
+          summary="List jobs: models being served or changed"),
+    Route(method="GET", path="/jobs/{job}", handler=hc.get_job, tag="cluster", response=JobInfo, params=JOB,
+          summary="Show a job and its steps"),
     # ---- usage
     Route(method="GET", path="/usage", handler=hu.get_usage, tag="usage", response=UsageReport,
           query=UsageQuery, summary="Usage summed by group and period"),
@@ -168,6 +186,11 @@ ROUTES: tuple[Route, ...] = (
     Route(method="DELETE", path="/settings/{key}", handler=ho.unset_setting, tag="settings",
           response=SettingInfo, params=KEY, action="settings.unset", target="setting:{key}",
           summary="Unset a setting (back to server.yaml's)"),
+    Route(method="GET", path="/server-config", handler=hs.get_server_config, tag="settings",
+          response=ServerConfigInfo, summary="Every key of this control plane's server.yaml"),
+    Route(method="PUT", path="/server-config", handler=hs.put_server_config, tag="settings",
+          response=ServerConfigSaved, request=ServerConfigEdit, raw_body=True, action="server-config.set",
+          target="server-config", summary="Change keys of server.yaml, keeping its comments"),
     # ---- audit
     Route(method="GET", path="/audit", handler=ho.list_audit, tag="audit", response=AuditList, query=AuditQuery,
           summary="Read the audit log"),
@@ -211,6 +234,11 @@ ROUTES: tuple[Route, ...] = (
           request=LimitsSet, action="keys.limits", target="{scope}", summary="Change the limits on a scope"),
     Route(method="DELETE", path="/limits", handler=hp.clear_limits, tag="people", response=LimitsInfo,
           query=ScopeQuery, action="keys.limits-clear", target="{scope}", summary="Remove the limits on a scope"),
+    # ---- backups
+    Route(method="GET", path="/backups", handler=hb.list_backups, tag="backups", response=BackupList,
+          summary="List the backup archives"),
+    Route(method="POST", path="/backups", handler=hb.make_backup, tag="backups", response=BackupMade,
+          status=201, action="backups.create", target="backup", summary="Back up now"),
     # ---- meta
     Route(method="GET", path="/openapi.json", handler=ho.get_openapi, tag="meta", response=None,
           summary="This API in OpenAPI 3.1"),

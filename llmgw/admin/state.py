@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,19 @@ class Admin:
     #: the bearer token; set at start-up when read from admin_token_file
     token: str = ""
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+    #: the server.yaml this server was started from (None: not from a file, so it cannot be edited here)
+    config_path: str | None = None
+    #: takes up the keys that apply without a restart (llmgw.server.live.GatewayLive); None: none do here
+    live: Any = None
+    #: server.yaml's configuration, the store's cluster settings and what runs (llmgw.admin.in_force.ConfigInForce);
+    #: `config` above is kept equal to what runs
+    in_force: Any = None
+    #: one change to server.yaml at a time
+    config_lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
+    #: (mtime, size, inode) of server.yaml when last read or written here, to notice a change made by hand
+    config_seen: Any = None
+    #: one backup at a time (POST /backups)
+    backup_lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
 
     def need_cluster(self) -> Cluster:
         if self.cluster is None:

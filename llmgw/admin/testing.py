@@ -13,6 +13,7 @@ synchronous client (`llmgw ctl`, schemathesis) can call it from the test.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import itertools
 import socket
 import threading
@@ -25,6 +26,8 @@ from llmgw.admin.cluster_api import ClusterConflict, ClusterInvalid, ClusterNotF
 from llmgw.admin.cluster_types import (
     ClusterStatus,
     GpuInfo,
+    JobInfo,
+    JobStep,
     Leadership,
     ModelDetail,
     ModelInfo,
@@ -63,8 +66,12 @@ class FakeCluster:
         self._ids = itertools.count(1)
         self._conv = make_converter()
         self.calls: list[tuple[str, tuple]] = []
+        #: every job, oldest first: one, already done, per add, scale and restart; a test may add its own
+        self.job_list: list[JobInfo] = []
         #: what `model_updates` answers; a test sets rows (and checks count the calls with check=True)
         self.updates = ModelUpdateList(models=[], interval_s=21600.0, via="mirror API")
+        #: what `node_logs` answers, by (node, replica id or "" for the agent's own log); a test sets lines
+        self.logs: dict[tuple[str, str], list[str]] = {}
         for spec in models or []:
             config = self._parse(spec)
             self._models[config.name] = (config, "file")
@@ -122,8 +129,20 @@ class FakeCluster:
 
     def _detail(self, name: str) -> ModelDetail:
         config, origin = self._models[name]
+        latest = next((j.id for j in reversed(self.job_list) if j.model == name), None)
         return ModelDetail(model=self._info(config, origin), spec=self._conv.unstructure(config),
-                           replicas=[r for r in self._replicas.values() if r.model == name])
+                           replicas=[r for r in self._replicas.values() if r.model == name], job=latest)
+
+    def _job(self, model: str, kind: str, actor: str) -> JobInfo:
+        """A job for a change, done at once (the fake reconciles as it changes)."""
+        now = dt.datetime.now(dt.UTC)
+        ready = sum(1 for r in self._replicas.values() if r.model == model)
+        steps = [JobStep(at=now, text=f"{actor} asked to {kind} {model}"),
+                 JobStep(at=now, text=f"done: {ready} ready")]
+        job = JobInfo(id=f"job-{len(self.job_list) + 1}", model=model, kind=kind, by=actor, state="done",
+                      now=steps[-1].text, started=now, ended=now, steps=steps)
+        self.job_list.append(job)
+        return job
 
     # ---- the protocol
     async def status(self) -> ClusterStatus:
@@ -168,6 +187,17 @@ class FakeCluster:
         self._nodes[node_id] = attrs.evolve(node, labels=merged)
         return self._nodes[node_id]
 
+    async def node_logs(self, node_id: str, *, replica: str, lines: int) -> list[str]:
+        node = self._node(node_id)
+        if node.state in ("disconnected", "lost"):
+            raise ClusterConflict(f"{node_id}'s agent is not connected to the leader now ({node.state}); its log "
+                                  "can be read once it connects again")
+        if replica and (node_id, replica) not in self.logs and replica not in node.replicas:
+            return [f"no shard {replica} on this node, and no log of one"]
+        default = [f'ts=2025-03-10T12:00:0{i}.000Z level=info logger=llmgw.agent msg="{text}"'
+                   for i, text in enumerate(("agent started", f"registered with the control plane as {node_id}"))]
+        return list(self.logs.get((node_id, replica), [] if replica else default))[-lines:]
+
     async def models(self) -> list[ModelInfo]:
         return [self._info(c, o) for c, o in (self._models[n] for n in sorted(self._models))]
 
@@ -186,6 +216,7 @@ class FakeCluster:
         self.calls.append(("add_model", (config.name, actor)))
         self._models[config.name] = (config, "store")
         self._reconcile(config.name)
+        self._job(config.name, "change" if current is not None else "add", actor)
         return self._detail(config.name)
 
     async def remove_model(self, name: str, *, actor: str) -> ModelDetail:
@@ -221,13 +252,15 @@ class FakeCluster:
         self._models[config.name] = (scaled, self._models[config.name][1])
         self.calls.append(("scale_model", (config.name, new, actor)))
         self._reconcile(config.name)
+        self._job(config.name, "scale", actor)
         return self._detail(config.name)
 
     async def restart_model(self, name: str, *, in_place: bool, actor: str) -> RestartResult:
         config = self._find(name)
         self.calls.append(("restart_model", (config.name, in_place, actor)))
         return RestartResult(model=config.name,
-                             replicas=sorted(r.id for r in self._replicas.values() if r.model == config.name))
+                             replicas=sorted(r.id for r in self._replicas.values() if r.model == config.name),
+                             job=self._job(config.name, "restart", actor).id)
 
     async def explain_placement(self, name: str) -> PlacementExplanation:
         config = self._find(name)
@@ -250,6 +283,15 @@ class FakeCluster:
     async def replicas(self) -> list[ReplicaInfo]:
         return sorted(self._replicas.values(), key=lambda r: (r.model, r.id))
 
+    async def jobs(self, *, state: str | None, model: str | None) -> list[JobInfo]:
+        return [j for j in reversed(self.job_list) if state in (None, j.state) and model in (None, j.model)]
+
+    async def job(self, job_id: str) -> JobInfo:
+        found = next((j for j in self.job_list if j.id == job_id), None)
+        if found is None:
+            raise ClusterNotFound(f"no job called {job_id!r}: `llmgw ctl jobs` lists them")
+        return found
+
 
 # ---------------------------------------------------------------- a live server
 
@@ -271,9 +313,15 @@ class LiveAdmin:
     TOKEN = "test-admin-token-0123456789"
 
     def __init__(self, folder: Any, *, cluster: Any = None, config: ServerConfig | None = None,
-                 clock: Callable[[], Any] | None = None) -> None:
+                 clock: Callable[[], Any] | None = None, config_path: Any = None) -> None:
         self.folder = folder
         self.cluster = cluster
+        #: a server.yaml the API edits (/server-config); `config` is read from it when not given
+        self.config_path = str(config_path) if config_path is not None else None
+        if config is None and self.config_path is not None:
+            from llmgw.config.load import load_server_config
+
+            config = load_server_config(self.config_path)
         self.config = config or ServerConfig()
         self.clock = clock
         self.port = free_port()
@@ -318,7 +366,8 @@ class LiveAdmin:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
             self.store = await open_store(f"sqlite:///{self.folder}/admin.db")
-            app = make_admin_app(self.config, self.store, cluster=self.cluster, token=self.TOKEN, clock=self.clock)
+            app = make_admin_app(self.config, self.store, cluster=self.cluster, token=self.TOKEN, clock=self.clock,
+                                 config_path=self.config_path)
             async with serve_admin(app, "127.0.0.1", self.port):
                 self._ready.set()
                 await self._stop.wait()

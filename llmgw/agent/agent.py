@@ -37,6 +37,7 @@ from llmgw.agent.supervisor import (
 )
 from llmgw.agent.weights import WeightsError, WeightsFetcher
 from llmgw.config.agent import AgentConfig
+from llmgw.obs.logs import LogfmtFormatter
 from llmgw.plugins.manager import Plugins, load_plugins
 from llmgw.plugins.types import LaunchSpec
 from llmgw.wire import messages as wire
@@ -480,12 +481,16 @@ class _StartRefused(Exception):
 
 
 class _RingHandler(logging.Handler):
-    """The agent's own log lines, kept for RequestLogs with an empty shard id."""
+    """The agent's own log lines, kept for RequestLogs with an empty shard id.
+
+    Written as `llmgw agent` writes its log (key=value, secrets redacted), so
+    what the console shows is what the node's journal holds.
+    """
 
     def __init__(self, size: int) -> None:
         super().__init__(logging.INFO)
         self.ring = LogRing(size)
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self.setFormatter(LogfmtFormatter())
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

@@ -24,8 +24,9 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import aiohttp
 import attrs
@@ -36,8 +37,20 @@ from llmgw.plugins.types import LaunchPlan
 from llmgw.tasks import cancel_and_wait
 
 __all__ = [
-    "Supervisor", "Shard", "SupervisorError", "ReadyCheck", "SHARD_ENV", "valid_shard_id", "write_atomic",
-    "STARTING", "READY", "FAILED", "STOPPING", "STOPPED", "EXITED", "TERMINAL",
+    "EXITED",
+    "FAILED",
+    "READY",
+    "SHARD_ENV",
+    "STARTING",
+    "STOPPED",
+    "STOPPING",
+    "TERMINAL",
+    "ReadyCheck",
+    "Shard",
+    "Supervisor",
+    "SupervisorError",
+    "valid_shard_id",
+    "write_atomic",
 ]
 
 log = logging.getLogger("llmgw.agent.supervisor")
@@ -292,13 +305,13 @@ class Supervisor:
         procs.signal_group(shard.ident, signal.SIGTERM)
         try:
             await asyncio.wait_for(shard._exited.wait(), grace)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("engine did not stop within %ss; killing it", grace, extra=_fields(shard))
             shard.message = f"did not stop within {grace:g} s of SIGTERM: killed"
             procs.signal_group(shard.ident, signal.SIGKILL)
             try:
                 await asyncio.wait_for(shard._exited.wait(), 10.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._set(shard, FAILED, f"pid {shard.pid} survived SIGKILL (stuck in the kernel?)")
         # Workers the engine left in its group go with it.
         procs.signal_group(shard.ident, signal.SIGKILL)
@@ -455,7 +468,7 @@ class Supervisor:
                 return
             try:
                 await asyncio.wait_for(shard._exited.wait(), min(self.ready_interval, left))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         if shard.state != READY:
             await shard._settled.wait()
@@ -490,7 +503,7 @@ class Supervisor:
                 async with self._client().get(url, headers=headers, allow_redirects=False) as response:
                     if response.status == 200:
                         return True
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 pass
             if time.monotonic() >= deadline or shard._exited.is_set():
                 return False

@@ -15,6 +15,7 @@ from typing import Any
 
 from llmgw.cli.common import print_json, print_table
 from llmgw.cli.ctl_client import AdminClient, CtlError, quote, register_leaf, usage_of
+from llmgw.cli.ctl_logs import register_node_logs
 
 
 def register(sub) -> None:
@@ -28,8 +29,9 @@ def register(sub) -> None:
     p.add_argument("node", nargs="?", metavar="NODE")
     register_leaf(p, run_nodes)
 
-    node = sub.add_parser("node", help="Remove a node or set its labels.",
-                          description="Change a node: take it out of the cluster, or set its labels.")
+    node = sub.add_parser("node", help="Remove a node, set its labels, or read its log.",
+                          description="Change a node: take it out of the cluster, or set its labels; or read "
+                          "its agent's log.")
     cmds = node.add_subparsers(dest="node_command", metavar="SUBCOMMAND")
     node.set_defaults(handler=usage_of(node, "ctl node"))
     p = cmds.add_parser("remove", help="Forget a node (the machine is not touched).",
@@ -43,6 +45,7 @@ def register(sub) -> None:
     p.add_argument("node", metavar="NODE")
     p.add_argument("labels", nargs="+", metavar="KEY=VALUE|KEY-")
     register_leaf(p, run_node_label)
+    register_node_logs(cmds)
 
     for name, text in (("cordon", "Place nothing new on a node; what runs there stays."),
                        ("drain", "Move a node's replicas off, one at a time, each replacement up first."),
@@ -304,6 +307,8 @@ def _print_detail(args: argparse.Namespace, detail: dict[str, Any], verb: str) -
     s = m["scaling"]
     print(f"{m['name']}: {verb}; {m['status']}, {m['ready']}/{m['wanted']} ready (min {s['min']}, max {s['max']}"
           + (", on demand" if s["on_demand"] else "") + ")")
+    if detail.get("job") and verb in ("added", "scaled"):
+        print(f"  job {detail['job']}: `llmgw ctl jobs {detail['job']}` follows it")
 
 
 def run_model_add(args: argparse.Namespace, client: AdminClient) -> int:
@@ -332,6 +337,8 @@ def run_model_restart(args: argparse.Namespace, client: AdminClient) -> int:
         print_json(result)
     else:
         print(f"{result['model']}: restarting {', '.join(result['replicas']) or 'nothing (no replica runs)'}")
+        if result.get("job"):
+            print(f"  job {result['job']}: `llmgw ctl jobs {result['job']}` follows it")
     return 0
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmgw.cli import ctl_cert, ctl_cluster, ctl_guard, ctl_ops, ctl_people
+from llmgw.cli import ctl_cert, ctl_cluster, ctl_guard, ctl_jobs, ctl_ops, ctl_people
+from llmgw.cli import ctl_server_config
+from llmgw.cli import ctl_backup
 
 HELP = "Drive a running control plane through its admin API (every operation, --json)."
 DESCRIPTION = (
@@ -28,7 +30,10 @@ def register(sub) -> None:
     parser.set_defaults(handler=_usage(parser))
     ctl_sub = parser.add_subparsers(dest="ctl_command", metavar="COMMAND")
     ctl_cluster.register(ctl_sub)
+    ctl_jobs.register(ctl_sub)
     ctl_ops.register(ctl_sub)
+    ctl_backup.register(ctl_sub)
+    ctl_server_config.register(ctl_sub)
     ctl_people.register(ctl_sub)
     ctl_cert.register(ctl_sub)
     ctl_guard.register(ctl_sub)

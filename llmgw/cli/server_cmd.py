@@ -23,6 +23,10 @@ def register(sub) -> None:
         help=f"server.yaml to read (default {DEFAULT_CONFIG}, or $LLMGW_CONFIG)",
     )
     parser.set_defaults(handler=run)
+    # `llmgw server backup|restore`; bare `llmgw server` runs the server as before.
+    from llmgw.cli import server_backup
+
+    server_backup.register(parser.add_subparsers(dest="server_command", metavar="[backup|restore]"))
 
 
 def run(args: argparse.Namespace):
@@ -38,15 +42,15 @@ def run(args: argparse.Namespace):
     except OSError as exc:
         print(f"llmgw server: cannot read {args.config}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    return _serve(config)
+    return _serve(config, os.path.abspath(args.config))
 
 
-async def _serve(config) -> int:
+async def _serve(config, config_path: str | None = None) -> int:
     from llmgw.server import run_server
     from llmgw.store import StoreError
 
     try:
-        return await run_server(config)
+        return await run_server(config, config_path=config_path)
     except StoreError as exc:
         print(f"llmgw server: the store cannot be used: {exc}", file=sys.stderr)
         return 1

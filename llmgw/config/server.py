@@ -501,6 +501,20 @@ class ModelConfig:
 
 
 @attrs.frozen
+class BackupConfig:
+    """Backups of the store and the configuration (llmgw server backup, the admin API, the console)."""
+
+    dir: str = setting(
+        "",
+        doc="The folder archives are written to (created mode 0700); empty is a backups folder beside a SQLite "
+        "store's file, or /var/lib/llmgw/backups with PostgreSQL.",
+    )
+    keep: int = setting(
+        7, doc="Archives kept in that folder; older ones are removed after each backup; 0 keeps every one."
+    )
+
+
+@attrs.frozen
 class ServerConfig:
     """server.yaml: one control plane's listeners, certificates and store, and the cluster's settings."""
 
@@ -530,6 +544,7 @@ class ServerConfig:
         ServerTLS, doc="The agent port's certificate, and the authority agents' certificates must come from."
     )
     store: StoreConfig = section(StoreConfig, doc="Where users, keys, usage and the catalog are kept.")
+    backup: BackupConfig = section(BackupConfig, doc="Where backup archives go and how many are kept.")
     auth: AuthConfig = section(AuthConfig, doc="Who may use the client API and the portal.")
     router: RouterConfig = section(RouterConfig, doc="How client requests reach a replica and come back.")
     admission: AdmissionConfig = section(

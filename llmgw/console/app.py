@@ -85,6 +85,8 @@ class ConsoleApp:
         self.machine = machine or socket.gethostname()
         self.size: tuple[int, ...] = (120, 40)
         self.views: list[View] = [cls(self) for _, classes in GROUPS for cls in classes]
+        #: read whichever view is chosen, for the sidebar's badges (how many jobs run)
+        self.badge_watches = tuple(dict.fromkeys(name for v in self.views for name in v.badge_watches))
         self.sidebar = Sidebar([(group, [cls.title for cls in classes]) for group, classes in GROUPS])
         self.panel = urwid.WidgetPlaceholder(urwid.SolidFill(" "))
         self.columns = urwid.Columns([(SIDEBAR_WIDTH, self.sidebar), self.panel], dividechars=1)
@@ -137,11 +139,14 @@ class ConsoleApp:
             asyncio.get_running_loop()
         except RuntimeError:
             return
-        self.model.refresh([*self.view.watches, "summary"])
+        self.model.refresh([*self.view.watches, "summary", *self.badge_watches])
 
     def _read(self, name: str) -> None:
         if name in self.view.watches:
             self.view.refresh()
+        for index, view in enumerate(self.views):
+            if name in view.badge_watches:
+                self.sidebar.set_badge(index, view.badge())
         self.update_lines()
         self.redraw()
 

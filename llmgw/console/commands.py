@@ -75,7 +75,19 @@ KEYMAP: dict[str, tuple[Binding, ...]] = {
     ),
     "settings": (
         _b("enter|right", "act", "Enter", "change or open"),
-        _b("U|u", "unset", "U", "back to server.yaml's"),
+        _b("U|u", "unset", "U", "back to default"),
+        _b("D|d", "remove", "D", "remove entry"),
+        _b("S|s", "save", "S", "save server.yaml"),
+    ),
+    "logs-list": (
+        _b("enter|right", "act", "Enter", "its agent's log"),
+    ),
+    "logs": (  # one node's log, newest at the bottom
+        _b("", None, "↑↓ PgUp/PgDn", "scroll"),
+        _b("g|home", "top", "g/G", "oldest/newest"),
+        _b("G|end", "end"),
+        _b("R|r", "reread", "R", "read again"),
+        _b("left|esc", "back", "←/Esc", "the nodes"),
     ),
 }
 

@@ -4,6 +4,7 @@
 - `catalog`: models from server.yaml and the store, checked; add, remove, scale.
 - `placement`: filter then order, every rejection in words; preemption by class.
 - `reconciler`: starts and stops replicas to meet each model's wants; feeds the router.
+- `jobs`: each change to a model followed, fed by the reconciler, until it serves or fails.
 - `leader`: the lease in the store; one leader, standbys take over.
 - `service`: `ControlPlane`, and `install_control_plane(app, config, replicas)` for the server.
 

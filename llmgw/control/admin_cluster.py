@@ -22,11 +22,14 @@ from llmgw.admin.cluster_api import (
     ClusterConflict,
     ClusterInvalid,
     ClusterNotFound,
+    ClusterTimeout,
     ClusterUnavailable,
 )
 from llmgw.admin.cluster_types import (
     ClusterStatus,
     GpuInfo,
+    JobInfo,
+    JobStep,
     Leadership,
     ModelDetail,
     ModelInfo,
@@ -42,6 +45,8 @@ from llmgw.admin.cluster_types import (
 )
 from llmgw.admin.fields import UNSET
 from llmgw.control.catalog import CatalogError, UnknownModel, model_to_spec
+from llmgw.control.jobs import Job
+from llmgw.control.node_logs import NodeNotAnswering, NodeNotConnected, UnknownNode
 from llmgw.control.service import ControlPlane, ControlPlaneSlot
 
 
@@ -76,6 +81,17 @@ def _decision(info: Mapping[str, Any] | None) -> PlacementDecision | None:
     return PlacementDecision(at=at, placed_on=info["placed_on"], gpus=list(info["gpus"]),
                              preempts=list(info["preempts"]), why=info["why"], summary=info["summary"],
                              rejections=list(info["rejections"]))
+
+
+def _job(job: Job) -> JobInfo:
+    import datetime as dt
+
+    def at(t: float) -> dt.datetime:
+        return dt.datetime.fromtimestamp(t, dt.UTC)
+
+    return JobInfo(id=job.id, model=job.model, kind=job.kind, by=job.by, state=job.state, now=job.now,
+                   started=at(job.started), ended=at(job.ended) if job.ended is not None else None,
+                   replicas=list(job.replicas), steps=[JobStep(at=at(s.at), text=s.text) for s in job.steps])
 
 
 def _model_info(explained: Mapping[str, Any]) -> ModelInfo:
@@ -174,6 +190,25 @@ class AdminCluster:
         await plane.set_labels(node_id, labels, actor=actor, audit=False)
         return self._node_info(plane, node_id)
 
+    async def node_logs(self, node_id: str, *, replica: str, lines: int) -> list[str]:
+        plane = self._plane()
+        if not plane.leading:  # agents connect to the leader only
+            leader = plane.leadership.leader
+            raise ClusterUnavailable(
+                f"this control plane is a standby: {node_id}'s agent is connected to the leader, {leader}; "
+                "ask the leader's admin API for its log" if leader
+                else "this control plane is a standby and no control plane leads yet, so no agent is connected")
+        try:
+            return await plane.node_logs(node_id, replica=replica, lines=lines)
+        except UnknownNode as exc:
+            raise ClusterNotFound(str(exc)) from None
+        except NodeNotConnected as exc:
+            raise ClusterConflict(str(exc)) from None
+        except NodeNotAnswering as exc:
+            raise ClusterTimeout(str(exc)) from None
+        except ValueError as exc:
+            raise ClusterInvalid(str(exc), [str(exc)]) from None
+
     # -- models -----------------------------------------------------------------------
 
     async def models(self) -> list[ModelInfo]:
@@ -186,8 +221,10 @@ class AdminCluster:
         await plane.catalog.load()
         explained = self._explain(plane, name)
         cm = plane.catalog.get(name)
+        latest = plane.jobs.latest_for(cm.name) if plane.leading else None
         return ModelDetail(model=_model_info(explained), spec=model_to_spec(cm.config),
-                           replicas=[_replica(r) for r in explained["replicas"]])
+                           replicas=[_replica(r) for r in explained["replicas"]],
+                           job=latest.id if latest is not None else None)
 
     async def add_model(self, spec: Mapping[str, Any], *, replace: bool, actor: str) -> ModelDetail:
         plane = self._plane()
@@ -228,7 +265,10 @@ class AdminCluster:
             replica_ids = await plane.restart_model(name, in_place=in_place, actor=actor, audit=False)
         except KeyError:
             raise ClusterNotFound(f"no model called {name!r} is in the catalog") from None
-        return RestartResult(model=plane.catalog.get(name).name, replicas=replica_ids)
+        model = plane.catalog.get(name).name
+        latest = plane.jobs.latest_for(model)
+        return RestartResult(model=model, replicas=replica_ids,
+                             job=latest.id if latest is not None and latest.kind == "restart" else None)
 
     async def explain_placement(self, name: str) -> PlacementExplanation:
         plane = self._plane()
@@ -264,6 +304,21 @@ class AdminCluster:
 
     async def replicas(self) -> list[ReplicaInfo]:
         return [_replica(r) for r in self._leader().replicas_info()]
+
+    # -- jobs: in the leader's memory ------------------------------------------------------
+
+    async def jobs(self, *, state: str | None, model: str | None) -> list[JobInfo]:
+        plane = self._leader()
+        if model is not None and plane.catalog.get(model) is not None:
+            model = plane.catalog.get(model).name  # an alias finds the model's jobs
+        return [_job(j) for j in plane.jobs.select(state=state, model=model)]
+
+    async def job(self, job_id: str) -> JobInfo:
+        job = self._leader().jobs.get(job_id)
+        if job is None:
+            raise ClusterNotFound(f"no job called {job_id!r}: `llmgw ctl jobs` lists them (the leader keeps those "
+                                  "since it started: every one running and the last ended ones)")
+        return _job(job)
 
     @staticmethod
     def _refusal(exc: CatalogError) -> Exception:

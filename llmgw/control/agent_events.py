@@ -97,6 +97,7 @@ class AgentEvents(_Base):
                 if rec.node == node_id and rec.model == message.model and rec.state == "starting":
                     rec.since = self.clock()  # progress: not stuck
                     rec.message = _progress_words(message)
+            self.observer.weights(node_id, message)
         elif isinstance(message, CommandResult):
             kind, _, replica_id = message.command_id.partition(":")
             rec = self.records.get(replica_id)
@@ -122,6 +123,7 @@ class AgentEvents(_Base):
             rec.message = msg.message
         if msg.state == "starting":
             rec.since = self.clock()
+            self.observer.starting(rec)
         elif msg.state == "ready":
             if rec.retiring:
                 return
@@ -143,6 +145,7 @@ class AgentEvents(_Base):
         if not rec.adopted:
             st.reset_failures()
         logs.event(log, "replica ready", replica_id=rec.id, model=rec.model, node_id=rec.node, port=rec.port)
+        self.observer.ready(rec)
         if rec.replaces:
             old = self.records.get(rec.replaces)
             if old is not None and not old.retiring:
@@ -203,6 +206,7 @@ class AgentEvents(_Base):
                               f"{message}")
             logs.event(log, "model parked", logging.ERROR, model=rec.model, reason=st.park_reason)
             st.wake_waiters(ModelUnavailable(st.park_reason))
+        self.observer.failed_start(rec, st, delay)
 
     def _drop(self, rec: ReplicaRecord, why: str) -> None:
         self.records.pop(rec.id, None)
@@ -210,11 +214,13 @@ class AgentEvents(_Base):
         for st in self.models.values():
             st.preempting.discard(rec.id)
         rec.message = why
+        self.observer.gone(rec, why)
 
     def _retire(self, rec: ReplicaRecord, why: str) -> None:
         """Stop a replica: out of the router at once, StopShard at the end of the pass."""
         rec.retiring = why
         self.replicas.remove(rec.id)
+        self.observer.stopping(rec)
         logs.event(log, "stopping replica", replica_id=rec.id, model=rec.model, node_id=rec.node, reason=why)
 
     @staticmethod

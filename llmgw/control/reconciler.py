@@ -38,6 +38,7 @@ from llmgw.control.agent_events import CRASH_WINDOW, AgentEvents
 from llmgw.control.catalog import Catalog, CatalogModel, model_to_spec
 from llmgw.control.engine_keys import EngineKeys
 from llmgw.control.inventory import Inventory, Node
+from llmgw.control.jobs import ReconcilerObserver
 from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, place
 from llmgw.control.state import (
     ModelState,
@@ -85,6 +86,7 @@ class Reconciler(AgentEvents):
         wall_clock: Callable[[], float] = time.time,
         start_timeout: float = 900.0,
         stop_grace: float = 30.0,
+        observer: ReconcilerObserver | None = None,
     ) -> None:
         self.control = control
         self.catalog = catalog
@@ -97,6 +99,8 @@ class Reconciler(AgentEvents):
         self.wall_clock = wall_clock
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
+        #: told what happens to replicas and placements (the jobs, llmgw/control/jobs.py)
+        self.observer = observer or ReconcilerObserver()
         self.records: dict[str, ReplicaRecord] = {}
         self.models: dict[str, ModelState] = {}
         self.active = True  #: false on a control plane that does not lead: nothing is started
@@ -147,6 +151,7 @@ class Reconciler(AgentEvents):
 
     async def reconcile_once(self) -> None:
         async with self._pass_lock:
+            self.observer.pass_begun()
             if self.catalog.store is not None:
                 try:
                     await self.catalog.load()
@@ -164,6 +169,7 @@ class Reconciler(AgentEvents):
                 self._plan(model)
             await self._send()
             self._settle_waiters()
+            self.observer.pass_ended(self)
 
     # ---------------------------------------------------------------- operators' and the router's asks
 
@@ -264,6 +270,7 @@ class Reconciler(AgentEvents):
             st.wake_waiters(ModelUnavailable(reason))
         self.models.clear()
         self.inventory.clear()
+        self.observer.reset(reason)
 
     # ---------------------------------------------------------------- one pass
 
@@ -311,6 +318,7 @@ class Reconciler(AgentEvents):
                         logs.event(log, "model not placed", logging.WARNING, model=model.name,
                                    why=decision.summary())
                     st.logged = decision.summary()
+                    self.observer.unplaced(model.name, decision)
                     break
                 st.logged = ""
                 if decision.placement.preempts:
@@ -322,6 +330,8 @@ class Reconciler(AgentEvents):
                     break
                 self._launch(model, decision.placement)
         self._drain_step(model, st, mine, pending)
+        if st.drain_blocked is not None:
+            self.observer.unplaced(model.name, st.drain_blocked)
 
     def _drain_step(self, model: CatalogModel, st: ModelState, mine: list, pending: list) -> None:
         """Moves, one at a time: a replacement for each replica on a draining node (the original stops
@@ -453,6 +463,7 @@ class Reconciler(AgentEvents):
             created=now, since=now, replaces=replaces,
         )
         self.records[rec.id] = rec
+        self.observer.placed(rec, placement.why)
         logs.event(log, "placing replica", replica_id=rec.id, model=model.name, node_id=rec.node,
                    gpus=list(rec.gpus), why=placement.why, replaces=replaces)
         return rec

@@ -11,7 +11,7 @@ to lapse.
 `install_control_plane(app, config, replicas)` runs it inside the gateway's
 aiohttp application (after the store is open, before it closes) and adds
 `GET /leader`. Everything an admin API needs is a method here: `explain`,
-`nodes`, `replicas_info`, `cordon`, `uncordon`, `drain`, `retry`, and the
+`nodes`, `replicas_info`, `node_logs`, `cordon`, `uncordon`, `drain`, `retry`, and the
 catalog's `add_model`, `remove_model`, `scale_model`; the router calls
 `ensure_started(model)` when a model has no replica.
 """
@@ -34,7 +34,9 @@ from llmgw.control.catalog import Catalog, CatalogModel
 from llmgw.control.engine_keys import load_engine_keys
 from llmgw.control.explain import explain, explain_text
 from llmgw.control.inventory import Inventory
+from llmgw.control.jobs import Job, Jobs
 from llmgw.control.leader import Leadership, default_holder
+from llmgw.control.node_logs import LOG_TIMEOUT, LogRequests, NodeNotConnected, UnknownNode, valid_replica_id
 from llmgw.control.reconciler import NodeUnreachable, Reconciler
 from llmgw.control.state import ModelUnavailable
 from llmgw.mirror.updates import watcher_for
@@ -44,7 +46,7 @@ from llmgw.plugins.types import Engine
 from llmgw.router.replicas import ReplicaSet
 from llmgw.store import Store
 from llmgw.wire.channel import AgentEndpoint, AgentSession, ConnectionClosed, Peer
-from llmgw.wire.messages import ControlPlanes, Refused, Register
+from llmgw.wire.messages import ControlPlanes, LogChunk, Refused, Register
 
 log = logs.get("llmgw.control")
 
@@ -129,6 +131,8 @@ class ControlPlane:
         self.leadership = Leadership(store, self.holder, config.control.lease_ttl.total_seconds(),
                                      on_change=self._leadership_changed)
         self.reconciler: Reconciler | None = None
+        self.jobs = Jobs()  #: changes to models followed until they serve or fail (llmgw/control/jobs.py)
+        self.log_requests = LogRequests()
         self.updates = watcher_for(config, self._served_sources)
         self.agent_port = 0
         self._started = False
@@ -140,7 +144,7 @@ class ControlPlane:
         await self.catalog.load()
         self.reconciler = Reconciler(
             self.config.control, self.catalog, self.inventory, EndpointLink(self.endpoint), self.replicas, keys,
-            engines=self.engines,
+            engines=self.engines, observer=self.jobs,
         )
         self.reconciler.active = False
         self.reconciler.inactive_reason = "this control plane is a standby"
@@ -241,9 +245,12 @@ class ControlPlane:
         await self._send_control_planes(session)
         try:
             async for message in session:
+                if isinstance(message, LogChunk):
+                    self.log_requests.take(node_id, message)
                 if rec.active:
                     rec.handle(node_id, message)
         finally:
+            self.log_requests.session_closed(session, session.close_reason or "")
             current = self.endpoint.sessions.get(node_id)
             if rec.active and (current is None or current is session):
                 rec.node_disconnected(node_id, session.close_reason or "")
@@ -325,6 +332,33 @@ class ControlPlane:
         now = rec.clock()
         return [r.describe(now) for r in sorted(rec.records.values(), key=lambda r: (r.model, r.created))]
 
+    async def node_logs(self, node_id: str, *, replica: str = "", lines: int = 200,
+                        timeout: float = LOG_TIMEOUT) -> list[str]:
+        """The last `lines` lines of the node's agent log, or of `replica`'s engine log there, oldest first.
+
+        UnknownNode: no such node, or the replica is on another; NodeNotConnected: its
+        agent is not connected here now; NodeNotAnswering: it did not answer in `timeout`.
+        """
+        rec = self._rec()
+        if not self.leading:
+            leader = self.leadership.leader
+            raise NodeNotConnected(f"this control plane is a standby: agents connect to the leader, "
+                                   f"{leader or 'which is not known yet'}; ask it for {node_id}'s log")
+        if replica and not valid_replica_id(replica):
+            raise ValueError(f"replica: {replica!r} is not a replica id (`llmgw ctl replicas` lists them)")
+        node = self.inventory.get(node_id)
+        if node is None:
+            raise UnknownNode(f"no node called {node_id!r} is known to the leader")
+        record = rec.records.get(replica) if replica else None
+        if record is not None and record.node != node_id:
+            raise UnknownNode(f"replica {replica} runs on {record.node}, not {node_id}; ask {record.node} for its log")
+        session = self.endpoint.sessions.get(node_id)
+        if session is None:
+            state = node.state() + (f": {node.disconnect_reason}" if node.disconnect_reason else "")
+            raise NodeNotConnected(f"{node_id}'s agent is not connected to the leader now ({state}); its log can "
+                                   "be read once it connects again")
+        return await self.log_requests.ask(session, shard_id=replica, lines=lines, timeout=timeout)
+
     def status(self) -> dict[str, Any]:
         rec = self._rec()
         return {
@@ -362,6 +396,13 @@ class ControlPlane:
         self._rec().remove_node(node_id)
         await self._save_nodes(actor, "nodes.remove", node_id, None, audit)
 
+    def _job(self, model: str, kind: str, actor: str, **options: Any) -> Job | None:
+        """Follow a change as a job, on the leader (a standby changes the catalog, but the leader acts on it)."""
+        if self.reconciler is None or not self.leading:
+            return None
+        cm = self.catalog.get(model)
+        return self.jobs.start(cm.name if cm is not None else model, kind, actor, **options)
+
     async def _save_nodes(self, actor: str, action: str, node_id: str, detail: dict | None, audit: bool) -> None:
         await self.store.set_setting(CORDONS_SETTING, self.inventory.cordons, actor=actor)
         await self.store.set_setting(LABELS_SETTING, self.inventory.label_overrides, actor=actor)
@@ -370,12 +411,14 @@ class ControlPlane:
 
     async def retry(self, model: str, *, actor: str, audit: bool = True) -> None:
         self._rec().retry(model)
+        self._job(model, "retry", actor)
         if audit:
             await self.store.append_audit(actor, "models.retry", f"model:{model}")
 
     async def restart_model(self, model: str, *, in_place: bool = False, actor: str,
                             audit: bool = True) -> list[str]:
         replica_ids = self._rec().restart(model, in_place=in_place)
+        self._job(model, "restart", actor, old=replica_ids)
         if audit:
             await self.store.append_audit(actor, "models.restart", f"model:{model}",
                                           {"in_place": in_place, "replicas": replica_ids})
@@ -383,7 +426,9 @@ class ControlPlane:
 
     async def add_model(self, spec: Mapping[str, Any], *, actor: str, replace: bool = False,
                         audit: bool = True) -> CatalogModel:
+        existed = replace and isinstance(spec.get("name"), str) and spec["name"] in self.catalog
         model = await self.catalog.add(spec, actor=actor, replace=replace, audit=audit)
+        self._job(model.name, "change" if existed else "add", actor)
         self._catalog_changed()
         return model
 
@@ -394,6 +439,7 @@ class ControlPlane:
 
     async def scale_model(self, name: str, *, actor: str, audit: bool = True, **changes: Any) -> CatalogModel:
         model = await self.catalog.scale(name, actor=actor, audit=audit, **changes)
+        self._job(model.name, "scale", actor)
         self._catalog_changed()
         return model
 

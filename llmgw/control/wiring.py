@@ -34,19 +34,23 @@ log = logs.get("llmgw.control")
 
 
 def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: bool = True,
-                         **options: Any) -> ControlPlaneSlot:
-    """Run the control plane (and the admin API) with the gateway application `app`."""
+                         config_path: str | None = None, **options: Any) -> ControlPlaneSlot:
+    """Run the control plane (and the admin API) with the gateway application `app`.
+
+    `config_path` is the server.yaml `config` came from: the admin API edits it (/server-config) and the
+    keys that apply without a restart are put into the running gateway."""
     from llmgw.router.gateway import GATEWAY
 
     slot = install_control_plane(app, config, app[GATEWAY].replicas, **options)
     app[GATEWAY].control = slot  # the router starts on-demand models through it
     app[GATEWAY].metrics.bind(model_updates=lambda: slot.plane.updates.available() if slot.plane else ())
     if admin and config.admin_listen:
-        app.cleanup_ctx.append(functools.partial(_admin_listener, config, slot))
+        app.cleanup_ctx.append(functools.partial(_admin_listener, config, slot, config_path))
     return slot
 
 
-async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, app: web.Application) -> AsyncIterator[None]:
+async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, config_path: str | None,
+                          app: web.Application) -> AsyncIterator[None]:
     from llmgw.admin.app import admin_address, make_admin_app, serve_admin
     from llmgw.control.admin_cluster import AdminCluster
     from llmgw.router.gateway import GATEWAY
@@ -58,8 +62,17 @@ async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, app: web
         yield
         return
     resolver = app[GATEWAY].resolver
+    from llmgw.server.app import IN_FORCE
+    from llmgw.server.live import GatewayLive
+    from llmgw.web.portal import PORTAL
+
+    # The server's configuration in force (with the store's cluster settings), which the admin API shows and
+    # changes; without one (an app built by hand) the admin API keeps its own.
+    in_force = app.get(IN_FORCE)
+    live = in_force.live if in_force is not None else GatewayLive(app[GATEWAY], portal=app.get(PORTAL))
     admin_app = make_admin_app(config, store, cluster=AdminCluster(slot),
-                               on_tenancy_change=getattr(resolver, "invalidate", None))
+                               on_tenancy_change=getattr(resolver, "invalidate", None),
+                               config_path=config_path, live=live, in_force=in_force)
     try:
         host, port = admin_address(config)
         serving = serve_admin(admin_app, host, port)

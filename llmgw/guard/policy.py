@@ -547,6 +547,10 @@ class PolicyBook:
     def with_attachments(self, attachments: Iterable[Attachment], *, enabled: bool = True) -> PolicyBook:
         return PolicyBook(self.policies, self.default, attachments, mode=self.mode, enabled=enabled)
 
+    def with_mode(self, mode: str) -> PolicyBook:
+        """The same book in another guard.mode (a cluster setting changed while the server runs)."""
+        return PolicyBook(self.policies, self.default, self.attachments, mode=mode, enabled=self.enabled)
+
     @property
     def active(self) -> bool:
         """False when nothing can be checked: guard off, or no policy applies anywhere."""

@@ -14,14 +14,16 @@ the store closes.
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import functools
 import inspect
+import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from llmgw.accounting.api import AccountantProtocol
+from llmgw.admin.in_force import ConfigInForce
 from llmgw.auth.principal import KeyResolverProtocol
 from llmgw.config.server import ServerConfig
 from llmgw.guard.wiring import build_guard
@@ -36,6 +38,8 @@ log = logs.get("llmgw.server")
 
 STORE = web.AppKey("store", Store)
 METRICS = web.AppKey("metrics", GatewayMetrics)
+#: server.yaml's configuration, the store's cluster settings and what runs (llmgw.admin.in_force)
+IN_FORCE = web.AppKey("config_in_force", ConfigInForce)
 
 
 def make_gateway_app(config: ServerConfig, store: Store | None = None,
@@ -70,6 +74,34 @@ def make_gateway_app(config: ServerConfig, store: Store | None = None,
     install_portal(app, config, store_key=STORE)
     # ---- end of web portal
     return app
+
+
+def watch_cluster_settings(app: web.Application, in_force: ConfigInForce) -> None:
+    """Keep the gateway running the cluster settings the store has, read every few seconds.
+
+    `in_force` was made from the configuration the app was built with (llmgw.server.run reads the settings
+    before it builds the app); its changes are put into the gateway, its portal and the control plane."""
+    from llmgw.server.live import GatewayLive
+    from llmgw.web.portal import PORTAL
+
+    in_force.live = GatewayLive(app[GATEWAY], portal=app.get(PORTAL))
+    app[IN_FORCE] = in_force
+    app.cleanup_ctx.append(_cluster_settings)
+
+
+async def _cluster_settings(app: web.Application) -> AsyncIterator[None]:
+    from llmgw.admin.in_force import watch
+    from llmgw.tasks import cancel_and_wait
+
+    store = app.get(STORE)
+    if store is None:
+        yield
+        return
+    task = asyncio.get_running_loop().create_task(watch(app[IN_FORCE], store), name="llmgw-cluster-settings")
+    try:
+        yield
+    finally:
+        await cancel_and_wait(task)
 
 
 async def _guard_settings(app: web.Application) -> AsyncIterator[None]:

@@ -1,9 +1,14 @@
-"""Running the server: listen, wait for a signal, shut down in order.
+"""Running the server: open the store, listen, wait for a signal, shut down in order.
+
+The store is opened first, and the cluster settings it keeps are laid over
+server.yaml's values before anything is built (llmgw.admin.in_force), so
+each of them is in force from the start, those read only at start too;
+while the server runs, a change to them is taken up every few seconds.
 
 On SIGTERM or SIGINT the client API stops accepting connections, requests
 in flight get up to `DRAIN_SECONDS` to finish (then they are cancelled and
 recorded as such), the app's cleanup context writes the usage rows still
-buffered and closes the store, and the metrics listener goes last.
+buffered, the metrics listener stops, and the store closes last.
 """
 
 from __future__ import annotations
@@ -14,10 +19,17 @@ import signal
 
 from aiohttp import web
 
+from llmgw.admin.in_force import ConfigInForce, read_settings
 from llmgw.config.server import ServerConfig
 from llmgw.config.validate import split_address
 from llmgw.obs import logs
-from llmgw.server.app import METRICS, make_gateway_app, make_metrics_app
+from llmgw.server.app import (
+    METRICS,
+    make_gateway_app,
+    make_metrics_app,
+    watch_cluster_settings,
+)
+from llmgw.store import Store, open_store
 
 log = logs.get("llmgw.server")
 
@@ -30,9 +42,36 @@ def _host(host: str) -> str | None:
 
 
 async def run_server(config: ServerConfig, *, stop: asyncio.Event | None = None,
-                     drain_seconds: float = DRAIN_SECONDS) -> int:
-    """Serve the client API (and metrics) until `stop` is set or a signal comes; 0 on a clean stop."""
+                     drain_seconds: float = DRAIN_SECONDS, config_path: str | None = None) -> int:
+    """Serve the client API (and metrics) until `stop` is set or a signal comes; 0 on a clean stop.
+
+    `config_path`: the server.yaml `config` was read from, which the admin API may then edit."""
     stop = stop or asyncio.Event()
+    # The store first: the cluster settings it keeps win over server.yaml, in everything built from here on.
+    store = await open_store(config.store.dsn.reveal())
+    logs.event(log, "store open", backend=store.dialect, schema_version=store.schema_version)
+    try:
+        in_force = await _config_in_force(config, store)
+        return await _serve(in_force, store, stop, drain_seconds, config_path)
+    finally:
+        await store.close()
+        logs.event(log, "store closed")
+
+
+async def _config_in_force(config: ServerConfig, store: Store) -> ConfigInForce:
+    """server.yaml's configuration with the store's cluster settings over it."""
+    try:
+        kept = await read_settings(store)
+    except Exception as exc:  # noqa: BLE001 - the file's values serve until the settings can be read
+        logs.event(log, "cluster settings not read at start; server.yaml's values apply until they are",
+                   logging.WARNING, error=str(exc))
+        kept = {}
+    return ConfigInForce(config, settings={k: s.value for k, s in kept.items()})
+
+
+async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, drain_seconds: float,
+                 config_path: str | None) -> int:
+    config = in_force.running
     loop = asyncio.get_running_loop()
     handled = []
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -41,15 +80,16 @@ async def run_server(config: ServerConfig, *, stop: asyncio.Event | None = None,
             handled.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
             pass
-    app = make_gateway_app(config)
+    app = make_gateway_app(config, store=store)
+    watch_cluster_settings(app, in_force)
     # ---- the control plane (issue 4): scheduler, agent port, GET /leader, admin API on admin_listen
     from llmgw.control.wiring import attach_control_plane
-    attach_control_plane(app, config)
+    attach_control_plane(app, config, config_path=config_path)
     # ---- end of the control plane
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=drain_seconds, access_log=None)
     metrics_runner: web.AppRunner | None = None
     try:
-        await runner.setup()  # opens the store and the rest (cleanup context)
+        await runner.setup()  # the key resolver, the accountant and the rest (cleanup context)
         host, port = split_address(config.listen)
         await web.TCPSite(runner, _host(host), port, backlog=2048).start()
         logs.event(log, "client API listening", address=config.listen)

@@ -80,7 +80,8 @@ def test_models_scale_changes_what_runs(capsys, live):
     assert table.splitlines()[1].split()[:4] == ["qwen-small", "ready", "1/1", "1"]
     assert "concurrency: 64" in ok(capsys, "models", "qwen-small")
     out = ok(capsys, "model", "scale", "qwen-small", "--min", "2")
-    assert out == "qwen-small: scaled; ready, 2/2 ready (min 2, max 2)\n"
+    assert out == ("qwen-small: scaled; ready, 2/2 ready (min 2, max 2)\n"
+                   "  job job-1: `llmgw ctl jobs job-1` follows it\n")
     assert len(ok_json(capsys, "replicas")["replicas"]) == 2
     assert len(ok(capsys, "replicas", "--model", "qwen-small").splitlines()) == 3
     assert refused(capsys, "model", "scale", "qwen-small", "--min", "5") == \

@@ -218,14 +218,15 @@ async def test_usage_exports_csv_to_a_file_and_asks_before_replacing_one(app, tm
 
 
 async def test_settings_tree_save_checked_and_put_back(app, live):
-    await open_view(app, "Cluster settings")
+    # The cluster's keys in the server.yaml tree: saved to the store at once, checked, put back with U.
+    await open_view(app, "server.yaml")
     await row(app, "router")
     await keys(app, "enter")
-    assert "Settings › router" in screen(app)
+    assert "server.yaml › router" in screen(app)
     await row(app, "router.retries")
     await keys(app, "right")
     text = screen(app)
-    assert "Settings › router › retries" in text and "attempts" in text and "server.yaml" in text
+    assert "server.yaml › router › retries" in text and "attempts" in text and "cluster" in text
     await row(app, "router.retries.attempts")
     await keys(app, "enter")
     assert "Set router.retries.attempts" in screen(app)
@@ -238,16 +239,19 @@ async def test_settings_tree_save_checked_and_put_back(app, live):
     await type_in(app, "4")
     await keys(app, "enter")
     assert status(app) == "router.retries.attempts = 4 (set by ann)"
-    assert "attempts  4      set here     ann" in screen(app)
-    assert "U back to server.yaml's" in screen(app).splitlines()[-1]
+    line = next(line for line in screen(app).splitlines() if "attempts" in line)
+    assert " 4 " in line and "store · ann" in line
+    assert "U back to default" in screen(app).splitlines()[-1]
     await keys(app, "U")
-    await app.model.refresh_now("settings")
+    await app.model.refresh_now("server-config")
     assert "router.retries.attempts: back to server.yaml's" in status(app)
-    assert "set here" not in screen(app)
+    assert "store ·" not in screen(app)
     await keys(app, "left", "left")
-    assert "Settings ›" not in screen(app)
+    assert "server.yaml ›" not in screen(app)
     await row(app, "guard")
-    await keys(app, "enter", "enter")
+    await keys(app, "enter")
+    await row(app, "guard.mode")
+    await keys(app, "enter")
     text = screen(app)
     assert "Set guard.mode" in text and "◀ enforce ▶" in text
     await keys(app, "right", "enter")

@@ -19,6 +19,9 @@ from llmgw.console.model.watched import ConsoleModel
 
 __all__ = ["Actions", "read_model_definition"]
 
+#: Seconds Back up now waits for the archive (the store is copied and compressed meanwhile).
+BACKUP_TIMEOUT = 1800.0
+
 
 class Actions:
     def __init__(self, api: AdminApi, model: ConsoleModel) -> None:
@@ -48,6 +51,11 @@ class Actions:
 
     async def node(self, node: str) -> dict[str, Any]:
         return await self.api.get(f"/nodes/{quote(node)}")
+
+    # ---- jobs
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        return await self.api.get(f"/jobs/{quote(job_id)}")
 
     # ---- models
 
@@ -88,6 +96,15 @@ class Actions:
             lines.append(f"{name}: restarting {', '.join(answer['replicas']) or 'nothing (no replica runs)'}")
         self._changed(("replicas",))
         return lines
+
+    # ---- backups
+
+    async def back_up(self) -> dict[str, Any]:
+        """Make a backup archive on the control plane now; a large store takes a while, so the wait is long."""
+        try:
+            return await self.api.request("POST", "/backups", timeout=BACKUP_TIMEOUT)
+        finally:
+            self._changed(("backups",))
 
     # ---- usage and quotas
 
@@ -151,10 +168,14 @@ class Actions:
     # ---- settings
 
     async def set_setting(self, key: str, value: Any) -> dict[str, Any]:
-        return await self._call(("settings",), "PUT", f"/settings/{quote(key)}", {"value": value})
+        return await self._call(("settings", "server-config"), "PUT", f"/settings/{quote(key)}", {"value": value})
 
     async def unset_setting(self, key: str) -> dict[str, Any]:
-        return await self._call(("settings",), "DELETE", f"/settings/{quote(key)}")
+        return await self._call(("settings", "server-config"), "DELETE", f"/settings/{quote(key)}")
+
+    async def save_server_config(self, body: dict[str, Any]) -> dict[str, Any]:
+        """This machine's server.yaml changed: {"set": {key: value}, "unset": [key]}, all or nothing."""
+        return await self._call(("server-config", "settings"), "PUT", "/server-config", body)
 
 
 def _write_text(path: str, text: str) -> None:

@@ -73,8 +73,10 @@ class AdminApi:
                 "X-Llmgw-Via": "console", "Accept": "application/json"}
 
     async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
-                      body: Any = None) -> Any:
-        """The answer (JSON decoded, or text for CSV); AdminError for a refusal, a failure or no answer."""
+                      body: Any = None, timeout: float | None = None) -> Any:
+        """The answer (JSON decoded, or text for CSV); AdminError for a refusal, a failure or no answer.
+
+        `timeout` replaces the client's own for this call (a backup takes longer than a read)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
         params = {k: _query_text(v) for k, v in (query or {}).items() if v is not None}
@@ -83,9 +85,10 @@ class AdminApi:
         if method != "GET":
             headers["Content-Type"] = "application/json"
             data = json.dumps({} if body is None else body)
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
         try:
             async with self._session.request(method, self.url + PREFIX + path, params=params, data=data,
-                                             headers=headers) as resp:
+                                             headers=headers, **extra) as resp:
                 raw = await resp.read()
                 answer = _decode(raw, resp.content_type)
                 if resp.status >= 400:
@@ -93,7 +96,8 @@ class AdminApi:
                     raise AdminError(message or f"{resp.status} {resp.reason}", resp.status)
                 return answer
         except TimeoutError:
-            raise AdminError(f"the admin API at {self.url} did not answer within {self.timeout:g}s") from None
+            waited = self.timeout if timeout is None else timeout
+            raise AdminError(f"the admin API at {self.url} did not answer within {waited:g}s") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise AdminError(f"cannot reach the admin API at {self.url} ({_reason(exc)}); is llmgw server "
                              "running there? (--admin or $LLMGW_ADMIN_URL)") from None

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from llmgw.cli.ctl_client import quote
 from llmgw.console.model.api import AdminApi, AdminError
 
 __all__ = ["USAGE_GROUPINGS", "ConsoleModel", "Watched", "scope_of"]
@@ -24,6 +25,8 @@ __all__ = ["USAGE_GROUPINGS", "ConsoleModel", "Watched", "scope_of"]
 USAGE_GROUPINGS = ("org", "team", "project")
 #: The most organizations, teams and projects whose limits are read with the tree.
 MAX_LIMIT_READS = 200
+#: How many of a node's last log lines Logs reads.
+LOG_LINES = 500
 
 
 @attrs.define
@@ -50,6 +53,7 @@ class ConsoleModel:
         self.api = api
         self.clock = clock
         self.usage_by = USAGE_GROUPINGS[0]
+        self.logs_of: str | None = None  #: the node whose agent log "logs" reads
         self.listeners: list[Callable[[str], None]] = []
         fetchers = {
             "summary": lambda: api.get("/summary"),
@@ -63,6 +67,10 @@ class ConsoleModel:
             "keys": lambda: self._list("/keys", "keys", all=True),
             "orgs": self._orgs,
             "settings": lambda: self._list("/settings", "settings"),
+            "backups": lambda: api.get("/backups"),
+            "server-config": lambda: api.get("/server-config"),
+            "jobs": lambda: self._list("/jobs", "jobs"),
+            "logs": self._logs,
         }
         self.watched = {name: Watched(name, fetch) for name, fetch in fetchers.items()}
 
@@ -156,6 +164,26 @@ class ConsoleModel:
         w.data = None
         self.refresh(["usage"])
         return self.usage_by
+
+    # ---- a node's log
+
+    async def _logs(self) -> dict[str, Any] | None:
+        node = self.logs_of
+        if node is None:
+            return None
+        return await self.api.get(f"/nodes/{quote(node)}/logs", lines=LOG_LINES)
+
+    def read_logs(self, node: str | None) -> None:
+        """Read `node`'s agent log from now on (None: no node's); what was read of another node's is dropped."""
+        w = self.watched["logs"]
+        if node != self.logs_of:
+            if w.reading:  # its answer would be the other node's
+                w.task.cancel()
+                w.task = None
+            w.data, w.error, w.read_at = None, None, None
+        self.logs_of = node
+        if node is not None:
+            self.refresh(["logs"])
 
 
 def scope_of(node: dict[str, Any]) -> str:

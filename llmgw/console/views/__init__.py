@@ -1,7 +1,8 @@
 """The entries of the sidebar, one thin view each, in their groups and in the order they are listed."""
 
 from llmgw.console.views.do import BackUpView, LeaveView, RestartAllView
-from llmgw.console.views.fleet import GpusView, JobsView, LogsView, NodesView, OverviewView, ReplicasView
+from llmgw.console.views.fleet import GpusView, LogsView, NodesView, OverviewView, ReplicasView
+from llmgw.console.views.jobs import JobsView
 from llmgw.console.views.manual import ManualView
 from llmgw.console.views.models import ModelsView
 from llmgw.console.views.orgs import OrgsView

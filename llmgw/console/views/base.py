@@ -32,6 +32,8 @@ class View:
     needs: ClassVar[tuple[str, ...] | None] = None
     #: The keymap contexts while the panel has the focus, narrowest first.
     contexts: ClassVar[tuple[str, ...]] = ("panel",)
+    #: The resources `badge()` reads: read every few seconds whichever view is chosen.
+    badge_watches: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, app: ConsoleApp) -> None:
         self.app = app
@@ -62,6 +64,10 @@ class View:
     def back(self) -> bool:
         """← inside the view (a page back to its list); False leaves the panel."""
         return False
+
+    def badge(self) -> str:
+        """A few words after the view's entry in the sidebar (how many jobs run); empty for none."""
+        return ""
 
     def unread(self) -> str | None:
         """A sentence for the panel when a watched resource has never been read: why, or that it is coming."""

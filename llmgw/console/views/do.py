@@ -1,11 +1,11 @@
-"""Do: restart all replicas, back up now (not in the admin API yet: said so), leave."""
+"""Do: restart all replicas, back up now, leave."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from llmgw.console.views.base import TextView
+from llmgw.console.views.base import TextView, when
 
 __all__ = ["BackUpView", "LeaveView", "RestartAllView"]
 
@@ -38,14 +38,67 @@ class RestartAllView(TextView):
 
 class BackUpView(TextView):
     title = "Back up now"
+    watches = ("backups",)
+    needs = ()  # what goes into an archive is said even when the list cannot be read
+    contexts = ("do", "text")
 
     def lines(self) -> list[Any]:
-        return [("title", "Back up now"), "",
-                ("warn", ("Not from here yet: the admin API has no backup endpoint, and llmgw has no backup "
-                         "command yet.")), "",
-                ("Until then, back up the store with its own tools: for SQLite, `sqlite3 FILE \".backup COPY\"` "
-                "(safe while the server runs); for PostgreSQL, pg_dump. Keep a copy of /etc/llmgw (server.yaml, "
-                "the certificates and the admin token) with it.")]
+        listing = self.model.data("backups")
+        keep = listing["keep"] if listing else None
+        out: list[Any] = [
+            ("title", "Back up now"), "",
+            "An archive (.tar.gz, readable by its owner only) is written on the control plane. It holds:",
+            "  the store, copied consistently while the cluster keeps serving",
+            "    (SQLite's online backup, or pg_dump for PostgreSQL);",
+            "  the folder server.yaml is in (server.yaml, certificates, keys)",
+            "    and the files it names outside it, like the admin token;",
+            "  manifest.json: llmgw's version, the schema version, each file's sha256.", "",
+            "Folder: " + (listing["dir"] if listing else "backup.dir, beside the store unless server.yaml says"),
+            "Kept:   " + ("every archive" if keep == 0 else f"the newest {keep}; older ones are removed"
+                          if keep else "backup.keep of them"),
+            ("warn", "Copy archives off this machine: they hold key and password hashes and private keys."), "",
+            ("heading", "Recent archives"),
+        ]
+        w = self.model["backups"]
+        if listing is None:
+            out.append(("error", f"Could not read them: {w.error}") if w.error else ("dim", "Reading…"))
+        elif not listing["backups"]:
+            out.append(("dim", "none yet"))
+        for b in (listing or {}).get("backups", [])[:MAX_LISTED]:
+            out.append(f"  {b['name']}  {when(b['created'])}  {size_text(b['size'])}")
+        return out + ["", ("dim", "Enter backs up now, after asking; from a shell, sudo llmgw server backup."),
+                      ("dim", "To put one back, stop the server: llmgw server restore ARCHIVE (manual: backup).")]
+
+    def commands(self) -> dict[str, Callable[[], None]]:
+        return {"act": self.act}
+
+    def act(self) -> None:
+        listing = self.model.data("backups")
+        where = f"into {listing['dir']}" if listing else "into the control plane's backup folder"
+        self.app.ask(["Back up the store and the configuration now?", where],
+                     lambda: self.app.run(self.actions.back_up(), self.done, busy="backing up…"))
+
+    def done(self, made: dict[str, Any]) -> None:
+        config = (f"{made['config_files']} configuration file(s) from {made['config_dir']}" if made["config_dir"]
+                  else "no configuration files (the server was not started from a file)")
+        holds = f"the {made['store']} store (schema version {made['schema_version']}) and {config}"
+        lines = [made["path"], "", f"size    {size_text(made['size'])} ({made['size']} bytes)",
+                 f"sha256  {made['sha256']}", f"holds   {holds}"]
+        if made["removed"]:
+            lines.append(f"removed {', '.join(made['removed'])}")
+        lines += ["", "Copy it off this machine."]
+        self.app.show("Backed up", lines)
+
+
+#: Archives listed in the panel; `llmgw ctl backups` lists them all.
+MAX_LISTED = 10
+
+
+def size_text(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 class LeaveView(TextView):

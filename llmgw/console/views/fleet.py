@@ -1,13 +1,17 @@
-"""Watch: Overview, Nodes, GPUs, Replicas, and Jobs and Logs (which the admin API does not serve yet)."""
+"""Watch: Overview, Nodes, GPUs, Replicas and Logs (a node's agent log); Jobs is in jobs.py."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
-from llmgw.console.views.base import Action, TableView, TextView, counts, gib, money
-from llmgw.console.widgets import ChoiceField, Row, TextField
+import urwid
 
-__all__ = ["GpusView", "JobsView", "LogsView", "NodesView", "OverviewView", "ReplicasView", "node_lines"]
+from llmgw.console.views.base import Action, TableView, TextView, View, counts, gib, money
+from llmgw.console.widgets import ChoiceField, Row, Table, TextField
+from llmgw.console.widgets.lines import Lines
+
+__all__ = ["GpusView", "LogsView", "NodesView", "OverviewView", "ReplicasView", "node_lines"]
 
 
 class OverviewView(TextView):
@@ -203,36 +207,112 @@ def restart_form(app: Any, model: str) -> None:
              intro=["One at a time. `llmgw ctl model restart` does the same."], apply_label="Restart")
 
 
-class _MissingView(TextView):
-    """An entry whose data the admin API does not serve yet: the panel says so, and where to look instead."""
+class LogsView(View):
+    """The nodes; Enter on one shows its agent's log, newest at the bottom, read again every 3 s while shown."""
 
-    text: tuple[str, ...] = ()
-
-    def lines(self) -> list[Any]:
-        return [("title", self.title), "", *self.text]
-
-
-class JobsView(_MissingView):
-    title = "Jobs"
-    text = (
-        "Jobs would follow models being served or moved to new weights on the control plane.",
-        "",
-        ("warn", ("This control plane's admin API has no jobs endpoint (no GET /api/v1/jobs), so there is "
-                 "nothing to follow here yet.")),
-        "",
-        ("What a change sets going shows in the meantime on Models (ready against wanted, status) and Replicas "
-        "(starting, ready, stopping); Audit records each change and how it ended."),
-    )
-
-
-class LogsView(_MissingView):
     title = "Logs"
-    text = (
-        "Logs would show a node's agent log, newest at the bottom, errors and warnings coloured.",
-        "",
-        ("warn", ("The admin API does not serve agents' logs (no GET /api/v1/nodes/{node}/logs), so the console "
-                 "cannot show them yet.")),
-        "",
-        ("Read them on the node, from whatever runs the agent (for a systemd unit, journalctl -u with its name). "
-        "Why a model does not start is on Models: Why is it placed where it is shows the engine's last lines."),
-    )
+    columns = ("node", "state", "address", "agent")
+    #: How each level a line has is coloured.
+    LEVEL_ATTRS: ClassVar[dict[str, str]] = {"error": "error", "warning": "warn", "debug": "dim"}
+
+    def __init__(self, app: Any) -> None:
+        super().__init__(app)
+        self.node: str | None = None  #: the node whose log is shown; None shows the list
+        self._fresh = False  #: its log has not been shown yet: go to the end when it is
+
+    @property
+    def watches(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("nodes",) if self.node is None else ("nodes", "logs")
+
+    def build(self) -> urwid.Widget:
+        self.table = Table(self.columns)
+        self.list_caption = urwid.Text(["Logs: each node's agent log",
+                                        ("dim", " · Enter reads one; the same as `llmgw ctl node logs NODE`")])
+        self.list_frame = urwid.Frame(self.table, header=urwid.Pile([self.list_caption, urwid.Divider()]))
+        self.lines = Lines()
+        self.log_caption = urwid.Text("")
+        self.log_frame = urwid.Frame(self.lines, header=urwid.Pile([self.log_caption, urwid.Divider()]))
+        self.holder = urwid.WidgetPlaceholder(self.list_frame)
+        return self.holder
+
+    def key_contexts(self) -> tuple[str, ...]:
+        return ("logs-list", "panel") if self.node is None else ("logs",)
+
+    def commands(self) -> dict[str, Callable[[], None]]:
+        self.widget  # noqa: B018 - built on first use
+        if self.node is None:
+            return {"act": self.open_focused} if self.table.focused is not None else {}
+        return {"top": self.lines.go_to_start, "end": self.lines.go_to_end, "reread": self.reread}
+
+    # ---- the list
+
+    def refresh(self) -> None:
+        if self._widget is None:
+            return
+        if self.node is None:
+            missing = self.unread()
+            self.table.set_rows([] if missing else self._rows(), empty=missing or "No node is known yet.")
+        else:
+            self._show_log()
+
+    def _rows(self) -> list[Row]:
+        return [Row(n["id"], (n["id"], n["state"], n["address"] or "-", n["agent_version"] or "-"),
+                    None if n["state"] in ("ready", "cordoned", "draining") else "warn")
+                for n in self.model.data("nodes", [])]
+
+    def open_focused(self) -> None:
+        row = self.table.focused
+        if row is not None:
+            self.open_log(row.key)
+
+    def open_log(self, node: str) -> None:
+        """Show `node`'s agent log (read now, and again every 3 s while shown)."""
+        self.widget  # noqa: B018
+        self.node = node
+        self._fresh = True
+        self.model.read_logs(node)
+        self.holder.original_widget = self.log_frame
+        self.refresh()
+        self.app.update_lines()
+
+    def back(self) -> bool:
+        if self.node is None:
+            return False
+        node, self.node = self.node, None
+        self.model.read_logs(None)
+        self.holder.original_widget = self.list_frame
+        self.refresh()
+        self.table.focus_key(node)
+        return True
+
+    # ---- one node's log
+
+    def reread(self) -> None:
+        self.model.refresh(["logs"])
+
+    def _show_log(self) -> None:
+        w = self.model["logs"]
+        data = w.data if isinstance(w.data, dict) and w.data.get("node") == self.node else None
+        if data is None:
+            said = (("error", f"Could not read {self.node}'s log: {w.error}") if w.error
+                    else ("dim", f"Reading {self.node}'s agent log…"))
+            self.lines.set_lines([said], follow=True)
+            self.log_caption.set_text([("title", f"{self.node}'s agent log")])
+            return
+        lines = [(self.LEVEL_ATTRS.get(line["level"]), line["text"]) for line in data["lines"]]
+        self.lines.set_lines(lines or [("dim", "Its agent's log is empty.")], follow=True if self._fresh else None)
+        self._fresh = False
+        self.log_caption.set_text(self._log_caption(data))
+
+    def _log_caption(self, data: dict[str, Any]) -> list[Any]:
+        levels = [line["level"] for line in data["lines"]]
+        node = next((n for n in self.model.data("nodes", []) if n["id"] == self.node), None)
+        parts: list[Any] = [("title", f"{self.node}'s agent log"), f" · {node['state']}" if node else "",
+                            f" · {len(levels)} lines, newest last"]
+        for level, attr, word in (("error", "error", "error"), ("warning", "warn", "warning")):
+            n = levels.count(level)
+            if n:
+                parts += [" · ", (attr, f"{n} {word}{'s' if n > 1 else ''}")]
+        age = self.model.age("logs")
+        parts.append(("dim", f" · read {age:.0f}s ago" if age is not None else ""))
+        return parts

@@ -17,11 +17,14 @@ class Sidebar(urwid.WidgetWrap):
     def __init__(self, groups: Sequence[tuple[str, Sequence[str]]]) -> None:
         items: list[urwid.Widget] = []
         self.positions: list[int] = []  #: the ListBox position of each entry, in order
+        self.labels: list[tuple[str, SelectableText]] = []  #: each entry's title and its text
         for group, entries in groups:
             items.append(urwid.AttrMap(urwid.Text(group), "group"))
             for entry in entries:
                 self.positions.append(len(items))
-                items.append(urwid.AttrMap(SelectableText("  " + entry, wrap="clip"), "entry", "focus"))
+                text = SelectableText("  " + entry, wrap="clip")
+                self.labels.append((entry, text))
+                items.append(urwid.AttrMap(text, "entry", "focus"))
         self.listbox = urwid.ListBox(urwid.SimpleFocusListWalker(items))
         self.listbox.set_focus(self.positions[0])
         super().__init__(self.listbox)
@@ -33,3 +36,8 @@ class Sidebar(urwid.WidgetWrap):
 
     def choose(self, index: int) -> None:
         self.listbox.set_focus(self.positions[index])
+
+    def set_badge(self, index: int, badge: str) -> None:
+        """Show a few words after the entry's title (Jobs (2 running)), or none when `badge` is empty."""
+        title, text = self.labels[index]
+        text.set_text(f"  {title} ({badge})" if badge else "  " + title)

@@ -1,0 +1,47 @@
+"""What the backup endpoints answer: an archive just made, and the archives kept."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import attrs
+
+from llmgw.admin.fields import field
+
+
+@attrs.frozen(kw_only=True)
+class BackupMade:
+    """The answer of POST /backups: the archive just written on this control plane."""
+
+    path: str = field("Where the archive is, on the control plane's disk.")
+    name: str = field("Its file name, like llmgw-backup-20260901T140300Z.tar.gz.")
+    size: int = field("Its size in bytes.")
+    sha256: str = field("Its sha256, also written beside it as NAME.sha256.")
+    created: dt.datetime = field("When it was made.")
+    store: str = field("The store's kind: sqlite (a copy of the file) or postgres (a pg_dump).")
+    schema_version: int = field("The store's schema version; a restore needs an llmgw that knows it.")
+    config_dir: str | None = field(
+        "The folder of server.yaml whose files are in the archive; null when the server was not started from a "
+        "file, so only the store is in it.", None)
+    config_files: int = field("How many configuration files are in it (server.yaml, certificates, the token).")
+    removed: list[str] = field("Older archives removed to keep backup.keep of them.", factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class BackupArchive:
+    """An archive in the backup folder."""
+
+    name: str = field("Its file name.")
+    path: str = field("Where it is, on the control plane's disk.")
+    size: int = field("Its size in bytes.")
+    created: dt.datetime = field("When it was made (from its name).")
+    sha256: str | None = field("Its sha256 from NAME.sha256 beside it; null when that file is missing.", None)
+
+
+@attrs.frozen(kw_only=True)
+class BackupList:
+    """The answer of GET /backups: the archives in the backup folder, newest first."""
+
+    dir: str = field("The backup folder (backup.dir, or its default beside the store).")
+    keep: int = field("How many are kept (backup.keep); 0 keeps every one.")
+    backups: list[BackupArchive] = field("The archives, newest first.")

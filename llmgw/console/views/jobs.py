@@ -1,0 +1,74 @@
+"""Watch: Jobs — the models being served or changed on the control plane; Enter shows a job's steps.
+
+The jobs are the leader's (`GET /api/v1/jobs`, llmgw/control/jobs.py): a
+change started from here runs there whatever this screen does; this view
+follows it. The sidebar's entry says how many are running.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from llmgw.console.views.base import Action, TableView, ago, counts, when
+from llmgw.console.widgets import Row
+
+__all__ = ["JobsView", "job_lines"]
+
+#: States of a job that has not ended.
+ACTIVE = ("running", "waiting")
+#: How a row is coloured by its job's state.
+STATE_ATTRS = {"waiting": "warn", "failed": "error", "done": "dim"}
+
+
+class JobsView(TableView):
+    title = "Jobs"
+    watches = ("jobs",)
+    badge_watches = ("jobs",)
+    columns = ("model", "kind", "state", "started", "by", "now")
+
+    def badge(self) -> str:
+        running = sum(1 for j in self.model.data("jobs", []) if j["state"] in ACTIVE)
+        return f"{running} running" if running else ""
+
+    def caption_text(self) -> Any:
+        states: dict[str, int] = {}
+        for j in self.model.data("jobs", []):
+            states[j["state"]] = states.get(j["state"], 0) + 1
+        return ["Jobs since the leader started: ", counts(states),
+                ("dim", " · Enter shows one's steps · llmgw ctl jobs")]
+
+    def rows(self) -> list[Row]:
+        # Newest first as the API lists them, those still running or waiting above those that ended.
+        jobs = sorted(self.model.data("jobs", []), key=lambda j: j["state"] not in ACTIVE)
+        return [Row(j["id"], (j["model"], j["kind"], j["state"], ago(j["started"]), j["by"], j["now"]),
+                    STATE_ATTRS.get(j["state"])) for j in jobs]
+
+    def row_actions(self, row: Row) -> list[Action]:
+        return [("Its steps", lambda: self.steps(row.key))]
+
+    def act(self) -> None:
+        """Enter on a job shows its steps at once: there is nothing else to do to one."""
+        row = self.table.focused
+        if row is not None:
+            self.steps(row.key)
+
+    def steps(self, job_id: str) -> None:
+        self.app.run(self.actions.job(job_id),
+                     lambda job: self.app.show(f"Job {job_id}: {job['kind']} {job['model']}", job_lines(job)),
+                     busy="reading…")
+
+
+def job_lines(job: dict[str, Any]) -> list[Any]:
+    attr = {"failed": "error", "waiting": "warn", "done": "good"}.get(job["state"], "title")
+    lines: list[Any] = [(attr, f"{job['state']}: {job['now']}" if job["state"] in ACTIVE else job["now"]),
+                        f"started {when(job['started'])} by {job['by']}"
+                        + (f", ended {when(job['ended'])}" if job.get("ended") else ""), ""]
+    lines += [f"{_clock(s['at'])}  {s['text']}" for s in job["steps"]]
+    lines += ["", ("dim", f"`llmgw ctl jobs {job['id']}` follows it in a terminal.")]
+    return lines
+
+
+def _clock(value: str) -> str:
+    t = dt.datetime.fromisoformat(value)
+    return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).astimezone(dt.UTC).strftime("%H:%M:%S")

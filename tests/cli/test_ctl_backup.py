@@ -1,0 +1,39 @@
+"""`llmgw ctl backup` and `llmgw ctl backups` against a live in-process admin API."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from test_ctl_cluster import ok, ok_json
+
+from llmgw.admin.testing import LiveAdmin
+
+
+@pytest.fixture
+def live(tmp_path, monkeypatch):
+    with LiveAdmin(tmp_path) as server:
+        monkeypatch.setenv("LLMGW_ADMIN_URL", server.url)
+        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", server.TOKEN)
+        yield server
+
+
+def test_backup_then_list(capsys, live, tmp_path):
+    assert ok(capsys, "backups").splitlines() == [f"{tmp_path}/backups (keeping 7)", "(none)"]
+    out = ok(capsys, "backup", "--actor", "ann").splitlines()
+    path = out[0]
+    assert path.startswith(f"{tmp_path}/backups/llmgw-backup-") and os.path.isfile(path)
+    sha256 = Path(path + ".sha256").read_text().split()[0]
+    assert out[2] == f"  sha256   {sha256}"
+    assert out[3].startswith("  holds    the sqlite store (schema version ")
+    assert out[3].endswith("and no configuration (the server was not started from a file)")
+    made = ok_json(capsys, "backup")
+    table = ok(capsys, "backups").splitlines()
+    assert table[1].split()[:2] == ["NAME", "MADE"]
+    assert table[2].startswith(made["name"]) and table[2].endswith(made["sha256"])
+    assert table[3].startswith(os.path.basename(path)) and table[3].endswith(sha256)
+    listed = ok_json(capsys, "backups")
+    assert [b["name"] for b in listed["backups"]] == [made["name"], os.path.basename(path)]
+    events = ok_json(capsys, "audit", "--action", "backups.create")["events"]
+    assert [(e["actor"], e["via"]) for e in events][-1] == ("ann", "ctl")
