@@ -30,8 +30,16 @@ _SECRET_WORDS = re.compile(
 )
 _SAFE_FIELDS = {"key_id", "key_prefix", "token_count", "prompt_tokens", "completion_tokens",
                 "total_tokens", "cached_tokens", "input_tokens", "output_tokens"}
-# Anything shaped like an llmgw or OpenAI-style key inside a message is masked too.
-_KEY_LIKE = re.compile(r"\b(sk|llmgw)[-_][A-Za-z0-9_\-]{12,}")
+# Anything shaped like a key inside a message is masked too: a provider's `sk-…`; an engine key
+# (`llmgw-engine-` and hex); a client key (`llmgw-` and 40 URL-safe random characters, or any run of
+# 12 or more that has a capital letter, as random ones do). Not names: a replica id like
+# `llmgw-sim-79d009b7` is lower case, and stays readable.
+_KEY_LIKE = re.compile(
+    r"\b(sk)[-_][A-Za-z0-9_\-]{12,}"
+    r"|\b(llmgw)-(?:engine-[0-9a-f]{16,}"
+    r"|[A-Za-z0-9_\-]{40}(?![A-Za-z0-9_\-])"
+    r"|(?=[A-Za-z0-9_\-]*[A-Z])[A-Za-z0-9_\-]{12,})"
+)
 
 
 def redact_field(name: str, value: Any) -> Any:
@@ -43,7 +51,7 @@ def redact_field(name: str, value: Any) -> Any:
 
 
 def redact_text(text: str) -> str:
-    return _KEY_LIKE.sub(lambda m: m.group(1) + "-[redacted]", text)
+    return _KEY_LIKE.sub(lambda m: (m.group(1) or m.group(2)) + "-[redacted]", text)
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:

@@ -52,5 +52,17 @@ def test_key_shaped_strings_in_messages_are_masked():
     assert "llmgw-[redacted]" in stream.getvalue()
 
 
+def test_replica_ids_stay_readable_while_every_kind_of_key_is_masked():
+    from llmgw.auth.keys import new_secret
+    from llmgw.obs.logs import redact_text
+
+    assert redact_text("shard llmgw-sim-79d009b7: ready") == "shard llmgw-sim-79d009b7: ready"
+    for _ in range(50):
+        key = new_secret()
+        assert redact_text(f"got {key} here") == "got llmgw-[redacted] here"
+    engine = "llmgw-engine-" + "0123456789abcdef" * 4
+    assert redact_text(f"--api-key {engine}") == "--api-key llmgw-[redacted]"
+
+
 def teardown_module():
     logs.setup()
