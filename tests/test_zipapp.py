@@ -39,6 +39,8 @@ def test_plugins_and_manual_are_inside(pyz):
     assert listed.returncode == 0, listed.stderr
     engines = {e for p in json.loads(listed.stdout) for e in p["contributes"].get("engines", [])}
     assert {"sim", "llamacpp", "vllm", "sglang", "trtllm"} <= engines
+    sinks = {s for p in json.loads(listed.stdout) for s in p["contributes"].get("notification sinks", [])}
+    assert {"webhook", "slack"} <= sinks
     pages = json.loads(run(pyz, "docs", "--json").stdout)
     assert {p["page"] for p in pages} >= {"reference", "configuration"}
 

@@ -21,6 +21,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 
@@ -119,6 +120,9 @@ class BudgetBook:
         self._states: dict[tuple[str, str, str], BudgetState] = {}
         self._tasks: set[asyncio.Task] = set()
         self._swept = monotonic()
+        #: told when a budget is spent (llmgw.notify: the notifier's emit); None tells no one
+        self.notify: Callable[[Any], object] | None = None
+        self._told: dict[tuple[str, str, str], dt.datetime] = {}  # (kind, id, period) -> period start told
 
     # ---- reading -------------------------------------------------------------
 
@@ -212,12 +216,28 @@ class BudgetBook:
     def report(self, st: BudgetState, budget: int | None) -> LevelSpend:
         return LevelSpend(st.scope_kind, st.scope_id, st.period, st.start, st.end, st.spent, st.held, budget)
 
+    def _tell_spent(self, st: BudgetState, budget: int) -> None:
+        """Say, once per scope and period in this process, that a budget is spent."""
+        key = (st.scope_kind, st.scope_id, st.period)
+        if self.notify is None or self._told.get(key) == st.start:
+            return
+        self._told[key] = st.start
+        from llmgw.notify.events import budget_spent
+
+        try:
+            self.notify(budget_spent(st.scope_kind, st.scope_id, period=st.period,
+                                     budget=format_money(budget, self.currency), budget_micros=budget,
+                                     renews_at=st.end))
+        except Exception:  # noqa: BLE001 - telling someone must never refuse or fail a request
+            log.exception("budget_spent not notified", extra={"fields": {"scope": st.scope}})
+
     def _refusal(self, st: BudgetState, budget: int, worst: int) -> LimitExceeded:
         now = self._clock()
         until_next = max(1.0, (st.end - now).total_seconds())
         where = f"the {_WORDS.get(st.scope_kind, st.scope_kind)}'s {'daily' if st.period == 'day' else 'monthly'} budget"
         money = lambda m: format_money(m, self.currency)
         if st.spent >= budget:
+            self._tell_spent(st, budget)
             message = f"{where} of {money(budget)} is spent; it renews at {st.end.strftime('%Y-%m-%d %H:%M UTC')}"
             return LimitExceeded("budget_exceeded", message, scope=st.scope, retry_after=until_next)
         left = budget - st.spent

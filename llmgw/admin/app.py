@@ -82,6 +82,7 @@ def make_admin_app(
     config_path: str | None = None,
     live: Any = None,
     in_force: Any = None,
+    notifier: Any = None,
 ) -> web.Application:
     """The admin API on `store`, steering `cluster` (none: its endpoints answer 501 with `no_cluster_reason`).
 
@@ -91,7 +92,8 @@ def make_admin_app(
     a restart (llmgw.server.live.GatewayLive), and with both the file is watched for changes made by hand.
     `in_force` is the server's configuration in force (llmgw.admin.in_force.ConfigInForce: the file's with
     the store's cluster settings over it), shared with the server's own watch of the settings, its live
-    applier used; without one the app keeps its own, on `config` and `live`.
+    applier used; without one the app keeps its own, on `config` and `live`. `notifier` (llmgw.notify) is told
+    of failed backups and sends `POST /notify/test`'s event; without one that endpoint builds its own.
     """
     from llmgw.admin.in_force import ConfigInForce
 
@@ -102,7 +104,7 @@ def make_admin_app(
     admin = Admin(config=in_force.running, store=store, cluster=cluster, no_cluster_reason=no_cluster_reason,
                   tenancy=tenancy or default_tenancy(config, on_tenancy_change), token=token or "",
                   config_path=str(config_path) if config_path is not None else None, live=live,
-                  in_force=in_force)
+                  in_force=in_force, notifier=notifier)
     in_force.on_change.append(functools.partial(setattr, admin, "config"))  # the admin API's view follows
     if clock is not None:
         admin.clock = clock

@@ -29,6 +29,10 @@ async def make_backup(call: Call) -> BackupMade:
         try:
             result = await make(admin.config, config_path=admin.config_path, store=admin.store)
         except BackupError as exc:
+            if admin.notifier is not None:
+                from llmgw.notify.events import backup_failed
+
+                admin.notifier.emit(backup_failed(str(exc), actor=call.actor))
             raise ApiError(500, f"the backup failed: {exc}") from None
     call.target = f"backup:{result.name}"
     m = result.manifest

@@ -25,52 +25,60 @@ from llmgw.admin.errors import ApiError
 from llmgw.admin.settings import REGISTRY, SettingSpec, spec_of
 from llmgw.admin.timespec import parse_when
 from llmgw.config.units import ByteSize
+from llmgw.control.quotas import QUOTAS_SETTING, owner_path, under
 from llmgw.store import Setting
 
-#: The store setting capacity quotas are kept in: {scope id: {"kind", "limit", "guaranteed"}}.
-QUOTAS_SETTING = "quotas"
 MAX_PAGE = 1000
 
 # ---------------------------------------------------------------- settings
 
 
 def _setting_info(spec: SettingSpec, call: Call, kept: Setting | None) -> SettingInfo:
-    config = call.admin.config
+    in_force = call.admin.in_force  # llmgw.admin.in_force: the file's configuration, the store's, what runs
+    config = in_force.file
     file_value = spec.file_value(config)
+    problem = in_force.problems.get(spec.key) if kept is not None else None
+    used = kept is not None and problem is None
     return SettingInfo(
-        key=spec.key, value=kept.value if kept is not None else file_value,
-        source="store" if kept is not None else "file", file_value=file_value, type=spec.kind,
+        key=spec.key, value=kept.value if used else file_value,
+        source="store" if used else "file", file_value=file_value, type=spec.kind,
         choices=spec.choices(config), doc=spec.doc, version=kept.version if kept else 0,
         updated_at=kept.updated_at if kept else None, actor=kept.actor if kept else None,
+        applies="live" if spec.key in in_force.live_keys else "restart",
+        restart_pending=spec.key in in_force.restart_pending(), problem=problem,
     )
 
 
 async def list_settings(call: Call) -> SettingList:
-    """Every cluster setting the API can change: the value in force, whether it comes from the store or
-    server.yaml, its type and what it does."""
-    kept = await call.store.get_settings()
+    """Every cluster setting the API can change: the cluster's value, whether it comes from the store or
+    server.yaml, its type, what it does, and whether this control plane takes a change up at once."""
+    kept = await call.admin.in_force.refresh(call.store)
     return SettingList(settings=[_setting_info(REGISTRY[k], call, kept.get(k)) for k in sorted(REGISTRY)])
 
 
 async def get_setting(call: Call) -> SettingInfo:
     """One setting; an unknown key is refused (400), naming it."""
     spec = spec_of(call.params["key"])
-    return _setting_info(spec, call, await call.store.get_setting(spec.key))
+    kept = await call.admin.in_force.refresh(call.store)
+    return _setting_info(spec, call, kept.get(spec.key))
 
 
 async def set_setting(call: Call) -> SettingInfo:
-    """Set a setting, checked against its type and bounds; it wins over server.yaml until unset. The change
-    is kept in the setting's history."""
+    """Set a setting, checked against its type and bounds; it wins over server.yaml until unset, on every
+    control plane: at once on this one, within seconds on the others (at their next restart for a setting that
+    says applies: restart). The change is kept in the setting's history."""
     spec = spec_of(call.params["key"])
-    value = spec.parse(call.body.value, call.admin.config)
-    kept = await call.store.set_setting(spec.key, value, actor=call.actor)
-    return _setting_info(spec, call, kept)
+    value = spec.parse(call.body.value, call.admin.in_force.file)
+    await call.store.set_setting(spec.key, value, actor=call.actor)
+    kept = await call.admin.in_force.refresh(call.store)  # in force here now, not at the next read
+    return _setting_info(spec, call, kept.get(spec.key))
 
 
 async def unset_setting(call: Call) -> SettingInfo:
-    """Unset a setting: server.yaml's value (or its default) applies again."""
+    """Unset a setting: server.yaml's value (or its default) applies again, as a set one does."""
     spec = spec_of(call.params["key"])
     await call.store.unset_setting(spec.key, actor=call.actor)
+    await call.admin.in_force.refresh(call.store)
     return _setting_info(spec, call, None)
 
 
@@ -126,11 +134,12 @@ async def _quotas_kept(call: Call) -> tuple[dict[str, Any], Setting | None]:
 
 
 async def _held_by_owner(call: Call) -> dict[str, Held] | None:
+    """What the replicas not being stopped hold, by the path their model's owner names (lower-cased)."""
     cluster = call.admin.cluster
     if cluster is None:
         return None
     try:
-        owners = {m.name: m.owner.strip().lower() for m in await cluster.models()}
+        owners = {m.name: owner_path(m.owner) for m in await cluster.models()}
         replicas = await cluster.replicas()
     except ClusterError:
         return None
@@ -152,7 +161,7 @@ def _capacity(value: Any) -> Capacity:
 
 async def list_quotas(call: Call) -> QuotaList:
     """Every capacity quota: the GPUs, cores and memory each organization, team or project may hold at
-    most and is guaranteed, and what its models hold now (by their owner)."""
+    most and is guaranteed, and what its models hold now (by their owner, the scopes under it included)."""
     kept, setting = await _quotas_kept(call)
     tenancy = call.tenancy()
     held = await _held_by_owner(call)
@@ -161,9 +170,10 @@ async def list_quotas(call: Call) -> QuotaList:
         kind = entry.get("kind", "org") if isinstance(entry, dict) else "org"
         label = f"{kind}:{await tenancy.path_of(kind, scope_id)}"
         mine = None
-        if held is not None:
-            mine = held.get(label.lower()) or held.get(label.split(":", 1)[1].lower()) or Held(
-                gpus=0, cores=0, memory_bytes=0)
+        if held is not None:  # the scope's models and those of the scopes under it, as placement counts
+            inside = [h for path, h in held.items() if under(path, owner_path(label))]
+            mine = Held(gpus=sum(h.gpus for h in inside), cores=sum(h.cores for h in inside),
+                        memory_bytes=sum(h.memory_bytes for h in inside))
         quotas.append(Quota(scope=label, id=scope_id, limit=_capacity(entry.get("limit")),
                             guaranteed=_capacity(entry.get("guaranteed")), held=mine,
                             updated_at=setting.updated_at if setting else None,

@@ -18,6 +18,7 @@ from aiohttp import web
 from llmgw.admin import handlers_backup as hb
 from llmgw.admin import handlers_cluster as hc
 from llmgw.admin import handlers_logs as hl
+from llmgw.admin import handlers_notify as hn
 from llmgw.admin import handlers_ops as ho
 from llmgw.admin import handlers_people as hp
 from llmgw.admin import handlers_usage as hu
@@ -61,6 +62,7 @@ from llmgw.admin.cluster_types import (
     ScaleChange,
 )
 from llmgw.admin.backup_types import BackupList, BackupMade
+from llmgw.admin.notify_types import NotifyTestRequest, NotifyTestResult
 from llmgw.admin.dispatch import PREFIX, Route, make_endpoint
 from llmgw.admin.openapi import build_document
 from llmgw.admin.server_config_types import ServerConfigEdit, ServerConfigInfo, ServerConfigSaved
@@ -101,6 +103,7 @@ TAGS = (
     ("audit", "Every change, who made it, through what and how it ended."),
     ("people", "Organizations, teams, projects, people, keys and limits."),
     ("backups", "Archives of the store and the configuration, made on this control plane."),
+    ("notify", "Notifications: events that need a person, sent to server.yaml's notify.sinks."),
     ("meta", "This API's own description."),
 )
 
@@ -239,6 +242,10 @@ ROUTES: tuple[Route, ...] = (
           summary="List the backup archives"),
     Route(method="POST", path="/backups", handler=hb.make_backup, tag="backups", response=BackupMade,
           status=201, action="backups.create", target="backup", summary="Back up now"),
+    # ---- notify
+    Route(method="POST", path="/notify/test", handler=hn.notify_test, tag="notify", response=NotifyTestResult,
+          request=NotifyTestRequest, action="notify.test", target="notify",
+          summary="Send a test notification to each sink"),
     # ---- meta
     Route(method="GET", path="/openapi.json", handler=ho.get_openapi, tag="meta", response=None,
           summary="This API in OpenAPI 3.1"),

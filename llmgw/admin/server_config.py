@@ -70,6 +70,8 @@ __all__ = ["WATCH_S", "get_server_config", "put_server_config", "watch_file"]
 WATCH_S = 5.0
 #: The most keys one change may name.
 MAX_KEYS = 200
+#: When a change to the file of a cluster setting the store sets takes effect.
+STORE_WINS = "when unset in the store"
 
 NOT_FROM_A_FILE = ("this server was not started from a server.yaml (llmgw server --config PATH), so there is no "
                    "file to change here")
@@ -318,8 +320,10 @@ async def put_server_config(call: Call) -> ServerConfigSaved:
         # Indexes name entries as the file had them, so "after" is what was sent (an unset: nothing).
         was = plain_at(before, parts)
         now = hide_secrets(edit.set_[key], t) if key in edit.set_ else None
+        overridden = template_of(parts) in admin.in_force.settings and template_of(parts) not in admin.in_force.problems
         changed.append(ChangedKey(key=key, before=None if was is MISSING else hide_secrets(was, t), after=now,
-                                  takes_effect=_effect(key, applied, restart), cluster=template_of(parts) in REGISTRY))
+                                  takes_effect=STORE_WINS if overridden else _effect(key, applied, restart),
+                                  cluster=template_of(parts) in REGISTRY))
     if applied or restart:
         log.info("server.yaml changed through the admin API", extra={"fields": {
             "path": path, "applied": applied, "restart_needed": restart}})

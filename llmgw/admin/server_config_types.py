@@ -41,10 +41,10 @@ class ConfigKeyInfo:
     store_value: Any = field("The cluster setting's value in the store; null when none is set there.", None)
     store_actor: str | None = field("Who set the cluster setting in the store.", None)
     store_updated_at: dt.datetime | None = field("When the cluster setting was set in the store.", None)
-    applies: str = field("live: a change saved to server.yaml is taken up at once; restart: it takes effect when "
-                         "llmgw server next starts.", "restart")
-    restart_pending: bool = field("server.yaml says otherwise than what runs, and only a restart takes it up.",
-                                  False)
+    applies: str = field("live: a change saved to server.yaml (or, for a cluster setting, to the store) is taken "
+                         "up at once; restart: it takes effect when llmgw server next starts.", "restart")
+    restart_pending: bool = field("server.yaml (or, for a cluster setting set there, the store) says otherwise than "
+                                  "what runs, and only a restart takes it up.", False)
 
 
 @attrs.frozen(kw_only=True)
@@ -81,7 +81,8 @@ class ChangedKey:
     before: Any = field("What the file set before (null: nothing); a secret is ***.")
     after: Any = field("What the file sets now (null: nothing, its default applies); a secret is ***.")
     takes_effect: str = field("now (taken up by the running server), at restart (when llmgw server next starts), "
-                              "or in force (what runs already).")
+                              "in force (what runs already), or when unset in the store (a cluster setting the "
+                              "store sets, which wins over the file).")
     cluster: bool = field("A cluster setting, which PUT /settings/{key} changes for every control plane.", False)
 
 

@@ -48,6 +48,8 @@ class Admin:
     config_seen: Any = None
     #: one backup at a time (POST /backups)
     backup_lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
+    #: sends events to server.yaml's notify.sinks (llmgw.notify.notifier.Notifier); None: one is built for a test
+    notifier: Any = None
 
     def need_cluster(self) -> Cluster:
         if self.cluster is None:

@@ -15,6 +15,7 @@ import sys
 from llmgw.cli import ctl_cert, ctl_cluster, ctl_guard, ctl_jobs, ctl_ops, ctl_people
 from llmgw.cli import ctl_server_config
 from llmgw.cli import ctl_backup
+from llmgw.cli import ctl_notify
 
 HELP = "Drive a running control plane through its admin API (every operation, --json)."
 DESCRIPTION = (
@@ -33,6 +34,7 @@ def register(sub) -> None:
     ctl_jobs.register(ctl_sub)
     ctl_ops.register(ctl_sub)
     ctl_backup.register(ctl_sub)
+    ctl_notify.register(ctl_sub)
     ctl_server_config.register(ctl_sub)
     ctl_people.register(ctl_sub)
     ctl_cert.register(ctl_sub)

@@ -220,9 +220,15 @@ def run_config_show(args: argparse.Namespace, client: AdminClient) -> int:
         print_json(answer)
         return 0
     rows = [{"key": s["key"], "value": _shown(s["value"]), "from": s["source"],
-             "by": s["actor"] or "", "doc": s["doc"]} for s in answer["settings"]]
-    print_table(rows, ["key", "value", "from", "by", "doc"])
+             "by": s["actor"] or "", "applies": _applies(s), "doc": s["doc"]} for s in answer["settings"]]
+    print_table(rows, ["key", "value", "from", "by", "applies", "doc"])
     return 0
+
+
+def _applies(s: dict[str, Any]) -> str:
+    """live or restart, and whether this control plane waits for one."""
+    applies = s.get("applies", "")
+    return f"{applies} (pending)" if s.get("restart_pending") else applies
 
 
 def _print_setting(args: argparse.Namespace, s: dict[str, Any]) -> None:
@@ -233,6 +239,13 @@ def _print_setting(args: argparse.Namespace, s: dict[str, Any]) -> None:
     print(f"  {s['type']}" + (f": {', '.join(s['choices'])}" if s["choices"] else "")
           + f"; server.yaml says {_shown(s['file_value'])}")
     print(f"  {s['doc']}")
+    if s.get("problem"):
+        print(f"  the store's value is not used: {s['problem']}")
+    if s.get("applies") == "restart":
+        print("  takes effect when llmgw server restarts, on each control plane"
+              + ("; this one runs its earlier value until then" if s.get("restart_pending") else ""))
+    elif s.get("applies") == "live":
+        print("  in force at once here, and within seconds on the other control planes")
 
 
 def run_config_get(args: argparse.Namespace, client: AdminClient) -> int:

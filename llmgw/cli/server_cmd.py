@@ -34,6 +34,9 @@ def run(args: argparse.Namespace):
 
     try:
         config = load_server_config(args.config)
+        from llmgw.notify.notifier import installed_sinks
+
+        installed_sinks(config, source_file=args.config)  # a sink of a kind no plugin gives is refused here
     except ConfigError as exc:
         print(f"llmgw server: {args.config} cannot be used:", file=sys.stderr)
         for problem in exc.details:

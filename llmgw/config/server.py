@@ -353,14 +353,16 @@ class NotifySink:
 
     url: str = setting(doc="Where the event is posted.")
     name: str = setting(
-        "", doc="A name for this sink in logs and llmgw ctl notify test; empty uses its address."
+        "", doc="A name for this sink in logs, metrics and llmgw ctl notify test; empty: sinks[N] and its host "
+        "(never its whole address: a Slack webhook's path is its key)."
     )
     kind: str = setting("webhook", doc="webhook (signed JSON), slack, or a kind a notify plugin adds.")
     secret: Secret | None = setting(
         None, doc="Key that signs each webhook body (HMAC-SHA256); env:NAME or file:/path."
     )
     events: list[str] = setting(
-        factory=list, doc="Events to send, like model_parked or node_lost; empty sends them all."
+        factory=list, doc="Events to send, of model_parked, node_lost, budget_spent, model_update_available "
+        "and backup_failed; empty sends them all."
     )
 
 
@@ -491,7 +493,10 @@ class ModelConfig:
         key="class",
         doc="critical models are never stopped for others; opportunistic ones give way first.",
     )
-    owner: str = setting("", doc="Who to ask about this model, like team:search; shown in the catalog.")
+    owner: str = setting(
+        "", doc=("The organization, team or project it belongs to, like team:acme/ml: its replicas count "
+                 "against that scope's capacity quota and those above it; shown in the catalog.")
+    )
     capabilities: Capabilities = section(Capabilities, doc="What it takes besides text.")
     role: ModelRole = setting(
         "model",

@@ -28,13 +28,13 @@ from llmgw.config.units import Duration
 
 __all__ = ["check_server", "check_agent", "split_address", "is_loopback", "NOTIFY_EVENTS"]
 
-#: Events the notifier sends; a sink's `events` names some of them.
+#: Events the notifier sends (llmgw.notify.events); a sink's `events` names some of them.
 NOTIFY_EVENTS = (
     "model_parked",
     "node_lost",
     "budget_spent",
-    "update_available",
-    "weights_published",
+    "model_update_available",
+    "backup_failed",
 )
 #: Policies llmgw knows without a definition in `guard.policies`.
 BUILTIN_POLICIES = ("baseline",)

@@ -15,6 +15,7 @@ from llmgw.config.secrets import Secret
 from llmgw.control.catalog import CatalogModel, model_to_spec
 from llmgw.control.inventory import Node
 from llmgw.control.state import ModelState, ModelUnavailable, ReplicaRecord
+from llmgw.notify.events import model_parked
 from llmgw.obs import logs
 from llmgw.router.replicas import Replica, metrics_url_for
 from llmgw.wire.messages import (
@@ -205,6 +206,7 @@ class AgentEvents(_Base):
             st.park_reason = (f"parked after {st.failures} failed starts in a row; the last, on {rec.node}: "
                               f"{message}")
             logs.event(log, "model parked", logging.ERROR, model=rec.model, reason=st.park_reason)
+            self.notify(model_parked(rec.model, failures=st.failures, node=rec.node, reason=message))
             st.wake_waiters(ModelUnavailable(st.park_reason))
         self.observer.failed_start(rec, st, delay)
 

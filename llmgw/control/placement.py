@@ -36,7 +36,19 @@ Preemption: a critical model that fits nowhere may stop replicas of lower
 classes (opportunistic ones first, then standard; replicas above their
 model's minimum before others; the newest first) on the node where the
 fewest and least important have to go. A critical replica is never stopped
-for anything, and nothing but a critical model preempts.
+for anything, and nothing but a critical model preempts, or a model whose
+owner is within its capacity guarantee (below).
+
+Capacity quotas (llmgw/control/quotas.py), when given: a model's replica
+counts against the quota of the scope its `owner` names and of every scope
+above it. A profile whose replica would take what those scopes' models hold
+(their live replicas; not those being stopped) over a limit is not tried,
+and the decision says which quota stops it: `quota of team:acme/ml: 8 GPUs
+at most, its models hold 8`. A model whose scopes are guaranteed room for
+one more replica may, when no node fits, stop replicas of opportunistic
+(then standard, never critical) models whose own scopes keep their
+guarantees without them, chosen as a critical model chooses. Without
+quotas, or for a model without an owner, nothing of this applies.
 """
 
 from __future__ import annotations
@@ -51,6 +63,7 @@ import attrs
 
 from llmgw.config.server import ModelConfig, Profile
 from llmgw.control.inventory import Node
+from llmgw.control.quotas import CapacityQuota, Quotas, owner_path, under
 from llmgw.plugins.types import Engine
 
 RACK_LABEL = "llmgw.io/rack"
@@ -71,6 +84,8 @@ class Holding:
     model_class: str = "standard"
     spare: bool = False  #: its model runs more replicas than its minimum
     started: float = 0.0  #: when it was placed (monotonic), for newest-first
+    owner: str = ""  #: its model's owner: whose capacity quotas it counts against
+    leaving: bool = False  #: being stopped: it still holds its node, but no quota counts it
 
 
 @attrs.frozen
@@ -94,6 +109,7 @@ class Placement:
     cores: int = 0
     preempts: tuple[str, ...] = ()  #: replica ids to stop before this one can start
     why: str = ""
+    guarantee: str = ""  #: the scope whose capacity guarantee the preemption was made for
 
 
 @attrs.frozen
@@ -109,6 +125,8 @@ class Decision:
     _rejections: tuple[Rejection, ...] | Callable[[], tuple[Rejection, ...]] = attrs.field(
         default=(), alias="rejections", eq=False, repr=False)
     nodes_considered: int = 0
+    #: the capacity quotas that keep the model (or some of its profiles) off, in words
+    quota: str = ""
 
     @property
     def rejections(self) -> tuple[Rejection, ...]:
@@ -132,9 +150,12 @@ class Decision:
             if p.preempts:
                 text += f" after stopping {', '.join(p.preempts)}"
             return text + (f" ({p.why})" if p.why else "")
+        if self.quota and not self.rejections:
+            return self.quota
         if not self.nodes_considered:
             return "no node is connected"
-        return f"no node can run it: {'; '.join(self.sentences())}"
+        text = f"no node can run it: {'; '.join(self.sentences())}"
+        return f"{text}; {self.quota}" if self.quota else text
 
 
 # ---------------------------------------------------------------- wording
@@ -306,9 +327,12 @@ def _lacking(room: _Room, profile: Profile) -> tuple[int, int, int]:
     return gpus, memory, cores
 
 
-def _victims(room: _Room, profile: Profile, model_class: str) -> list[Holding] | None:
-    """The fewest lower-class replicas whose stopping makes room, or None when no set does."""
-    if model_class != "critical":
+def _victims(room: _Room, profile: Profile, model_class: str,
+             reclaim: _Reclaim | None = None) -> list[Holding] | None:
+    """The fewest lower-class replicas whose stopping makes room, or None when no set does.
+
+    A critical model may stop any of them; another only with `reclaim`, those it allows."""
+    if model_class != "critical" and reclaim is None:
         return None
     candidates = sorted(
         (h for h in room.holdings if CLASS_RANK.get(h.model_class, 1) < CLASS_RANK["critical"]),
@@ -325,6 +349,8 @@ def _victims(room: _Room, profile: Profile, model_class: str) -> list[Holding] |
         if not ((gpus and set(victim.gpus) & usable_cards) or (memory and victim.memory)
                 or (cores and victim.cores)):
             continue
+        if reclaim is not None and not reclaim.take(victim):
+            continue
         chosen.append(victim)
         trial.held_gpus -= set(victim.gpus)
         trial.memory_free += victim.memory
@@ -334,7 +360,63 @@ def _victims(room: _Room, profile: Profile, model_class: str) -> list[Holding] |
     return chosen
 
 
-# ---------------------------------------------------------------- the decision
+# ---------------------------------------------------------------- capacity quotas
+
+
+def _needs(profile: Profile) -> tuple[int, int, int]:
+    """GPUs, cores and bytes of memory one replica of the profile counts against a quota."""
+    return profile.gpus, profile.cores, int(profile.memory)
+
+
+def _limits(quota: CapacityQuota) -> tuple[int | None, int | None, int | None]:
+    return quota.limit.gpus, quota.limit.cores, quota.limit.memory
+
+
+def _guarantees(quota: CapacityQuota) -> tuple[int | None, int | None, int | None]:
+    return quota.guaranteed.gpus, quota.guaranteed.cores, quota.guaranteed.memory
+
+
+def _over_limit_words(quota: CapacityQuota, held: tuple[int, int, int], need: tuple[int, int, int]) -> str | None:
+    """Why one more replica would take the scope over its limit, or None when it stays within."""
+    for i, top in enumerate(_limits(quota)):
+        if top is None or not need[i] or held[i] + need[i] <= top:
+            continue
+        if i == 0:
+            most, have, more = _plural(top, "GPU"), str(held[i]), str(need[i])
+        elif i == 1:
+            most, have, more = _plural(top, "core"), str(held[i]), str(need[i])
+        else:
+            most, have, more = f"{format_bytes(top)} of memory", format_bytes(held[i]), format_bytes(need[i])
+        text = f"quota of {quota.scope}: {most} at most, its models hold {have}"
+        return text if held[i] >= top else f"{text} and a replica needs {more}"
+    return None
+
+
+class _Reclaim:
+    """Which replicas a model within its scope's guarantee may stop, over one node's choice of victims:
+    those of opportunistic and standard models, when every scope they count toward keeps what it is
+    guaranteed without them (a scope without a guarantee is guaranteed nothing)."""
+
+    def __init__(self, quotas: Quotas, held: Callable[[CapacityQuota], tuple[int, int, int]]) -> None:
+        self.quotas = quotas
+        self.held = held
+        self.taken: dict[CapacityQuota, tuple[int, int, int]] = {}
+
+    def take(self, victim: Holding) -> bool:
+        """Whether `victim` may be stopped as well as those taken before; if so it is counted as taken."""
+        if victim.leaving or CLASS_RANK.get(victim.model_class, 1) >= CLASS_RANK["critical"]:
+            return False
+        guarded = [q for q in self.quotas.of(victim.owner) if q.guaranteed] if victim.owner else []
+        amounts = (len(victim.gpus), victim.cores, victim.memory)
+        for quota in guarded:
+            held, taken = self.held(quota), self.taken.get(quota, (0, 0, 0))
+            for i, floor in enumerate(_guarantees(quota)):
+                if floor is not None and amounts[i] and held[i] - taken[i] - amounts[i] < floor:
+                    return False
+        for quota in guarded:
+            taken = self.taken.get(quota, (0, 0, 0))
+            self.taken[quota] = (taken[0] + amounts[0], taken[1] + amounts[1], taken[2] + amounts[2])
+        return True
 
 
 # ---------------------------------------------------------------- a pass: rooms kept from one decision to the next
@@ -418,6 +500,8 @@ class PlacementPass:
         self._cores = [node.cores for node in self._node]
         self._here: dict[str, dict[int, int]] = {}  # model -> slot -> its replicas there
         self._in_rack: dict[str, dict[str, int]] = {}  # model -> rack -> its replicas there
+        #: by owner's path: (GPUs, cores, memory) its replicas not being stopped hold; made when a quota asks
+        self._owned: dict[str, list[int]] | None = None
         for h in holdings:
             self._apply(h)
         #: by slot: (free cards by class, free cards, memory free, cores free); replaced, never changed
@@ -457,6 +541,8 @@ class PlacementPass:
 
     def hold(self, holding: Holding) -> None:
         """A replica now holds what `holding` says: the next decision sees it."""
+        if self._owned is not None:
+            self._count(holding, self._owned)
         s = self._apply(holding)
         if s is None:
             return
@@ -498,7 +584,8 @@ class PlacementPass:
 
     # -- the decision -------------------------------------------------------------
 
-    def decide(self, model: ModelConfig, *, avoid: Iterable[str] = (), preempt: bool = True) -> Decision:
+    def decide(self, model: ModelConfig, *, avoid: Iterable[str] = (), preempt: bool = True,
+               quotas: Quotas | None = None) -> Decision:
         """Where the next replica of `model` goes, as `place()` answers; nothing is held until `hold()`."""
         avoid = set(avoid)
         avoid_slots = {self._slot[a] for a in avoid if a in self._slot}
@@ -507,40 +594,107 @@ class PlacementPass:
         weights = self._weights_by_model.get(model.name, set())
         if model.source:
             weights = weights | self._weights_by_source.get(model.source, set())
+        mine = quotas.of(model.owner) if quotas and model.owner else ()  # the owner's quotas, widest first
+        held = self._held_counter() if mine else None
+        stopped: list[str] = []  # the profiles a quota's limit stops, in words
         tried: list[tuple[Profile, str, _View]] = []
         for profile in model.profiles:
+            if mine:
+                need = _needs(profile)
+                words = next((w for q in mine if q.limit and (w := _over_limit_words(q, held(q), need))), None)
+                if words is not None:
+                    stopped.append(f"{profile.name}: {words}" if len(model.profiles) > 1 else words)
+                    continue
             engine = profile.engine or model.engine
             view = self._view(profile, engine)
             tried.append((profile, engine, view))
             s = self._best(view, profile, here, in_rack, weights, avoid_slots)
             if s is not None:
                 placement = _allocate(self._room_for(s, model.name), profile, engine, model)
-                return Decision(model.name, placement, self._wording(tried, avoid, model), len(self.nodes))
+                return _answer(model.name, placement, self._wording(tried, avoid, model), len(self.nodes), stopped)
 
-        if preempt and model.class_ == "critical":
+        if preempt and (model.class_ == "critical" or mine):
             options = []
             for profile, engine, view in tried:
+                guarantee = None  # a critical model needs none
+                if model.class_ != "critical":
+                    guarantee = self._guarantee_for(mine, profile, held)
+                    if guarantee is None:
+                        continue
                 for s in self._order:
                     if self._ids[s] in avoid or view.reasons[s] is not None:
                         continue
                     room = self._room_for(s, model.name, holdings=True)
                     if _shortfall(room, profile) is None:
                         continue
-                    victims = _victims(room, profile, model.class_)
+                    reclaim = _Reclaim(quotas, held) if guarantee is not None else None
+                    victims = _victims(room, profile, model.class_, reclaim)
                     if victims is None:
                         continue
                     cost = (max(CLASS_RANK.get(v.model_class, 1) for v in victims), len(victims))
-                    options.append((cost, _order_key(room, profile, model), room, profile, engine, victims))
+                    options.append((cost, _order_key(room, profile, model), room, profile, engine, victims,
+                                    guarantee))
             if options:
-                _, _, room, profile, engine, victims = min(options, key=lambda o: (o[0], o[1]))
+                _, _, room, profile, engine, victims, guarantee = min(options, key=lambda o: (o[0], o[1]))
                 trial = attrs.evolve(room, held_gpus=room.held_gpus - {g for v in victims for g in v.gpus})
                 placement = _allocate(trial, profile, engine, model)
+                stops = ", ".join(f"{v.replica_id} ({v.model_class})" for v in victims)
                 placement = attrs.evolve(
                     placement, preempts=tuple(v.replica_id for v in victims),
-                    why=f"critical: stops {', '.join(f'{v.replica_id} ({v.model_class})' for v in victims)}",
+                    why=f"critical: stops {stops}" if guarantee is None
+                    else f"within the guarantee of {guarantee.scope}: stops {stops}",
+                    guarantee=guarantee.scope if guarantee is not None else "",
                 )
-                return Decision(model.name, placement, self._wording(tried, avoid, model), len(self.nodes))
-        return Decision(model.name, None, self._wording(tried, avoid, model), len(self.nodes))
+                return _answer(model.name, placement, self._wording(tried, avoid, model), len(self.nodes), stopped)
+        return _answer(model.name, None, self._wording(tried, avoid, model), len(self.nodes), stopped)
+
+    @staticmethod
+    def _guarantee_for(mine: tuple[CapacityQuota, ...], profile: Profile,
+                       held: Callable[[CapacityQuota], tuple[int, int, int]]) -> CapacityQuota | None:
+        """The narrowest quota guaranteeing room for one more replica of the profile, when every guarantee
+        the owner's scopes give what it needs leaves room for it; None otherwise."""
+        need = _needs(profile)
+        covering = None
+        for quota in mine:
+            for i, floor in enumerate(_guarantees(quota)):
+                if floor is None or not need[i]:
+                    continue
+                if held(quota)[i] + need[i] > floor:
+                    return None
+                covering = quota
+        return covering
+
+    def _held_counter(self) -> Callable[[CapacityQuota], tuple[int, int, int]]:
+        """`_held_under`, each quota's answer kept for the rest of one decision."""
+        counted: dict[CapacityQuota, tuple[int, int, int]] = {}
+
+        def held(quota: CapacityQuota) -> tuple[int, int, int]:
+            found = counted.get(quota)
+            if found is None:
+                found = counted[quota] = self._held_under(quota)
+            return found
+
+        return held
+
+    def _count(self, holding: Holding, owned: dict[str, list[int]]) -> None:
+        if holding.owner and not holding.leaving:
+            sums = owned.setdefault(owner_path(holding.owner), [0, 0, 0])
+            sums[0] += len(holding.gpus)
+            sums[1] += holding.cores
+            sums[2] += holding.memory
+
+    def _held_under(self, quota: CapacityQuota) -> tuple[int, int, int]:
+        """GPUs, cores and memory the replicas of the models the quota covers hold (not those being stopped)."""
+        owned = self._owned
+        if owned is None:
+            owned = self._owned = {}
+            for h in self._holdings:
+                self._count(h, owned)
+        gpus = cores = memory = 0
+        for path, (g, c, m) in owned.items():
+            if under(path, quota.path):
+                gpus, cores, memory = gpus + g, cores + c, memory + m
+        return gpus, cores, memory
 
     def _best(self, view: _View, profile: Profile, here: Mapping[int, int], in_rack: Mapping[str, int],
               weights: set[int], avoid: set[int]) -> int | None:
@@ -646,10 +800,19 @@ class PlacementPass:
         # New objects, as the reconciler makes each time: equal where the rooms are concerned will do.
         if len(holdings) >= n and list(map(_HOLDING_FACTS, holdings[:n])) == self._holding_facts:
             self._holdings[:] = holdings[:n]
+            self._owned = None  # owners and leaving are not among the facts compared: counted again when asked
             for h in holdings[n:]:
                 self.hold(h)
             return
         self._reset(holdings)
+
+
+def _answer(model: str, placement: Placement | None, rejections: Callable[[], list[Rejection]], considered: int,
+            stopped: list[str]) -> Decision:
+    """The decision, with the quotas that stopped some profiles when any did (left out otherwise: it is quicker)."""
+    if stopped:
+        return Decision(model, placement, rejections, considered, "; ".join(stopped))
+    return Decision(model, placement, rejections, considered)
 
 
 _kept: PlacementPass | None = None
@@ -664,9 +827,11 @@ def place(
     engines: Mapping[str, Engine] | None = None,
     avoid: Iterable[str] = (),
     preempt: bool = True,
+    quotas: Quotas | None = None,
 ) -> Decision:
     """Where the next replica of `model` goes, with every node's rejection.
 
+    `quotas`: the capacity quotas in force (none: nothing is held to a quota).
     A pure function of its arguments. It keeps the last call's `PlacementPass` and
     reuses it when called again with the same node objects, unchanged, and the same
     holdings plus new ones (as a pass that places one replica after another does),
@@ -682,7 +847,7 @@ def place(
             kept._catch_up(holdings)
         else:
             kept = _kept = PlacementPass(nodes, holdings, engines=engines)
-        return kept.decide(model, avoid=avoid, preempt=preempt)
+        return kept.decide(model, avoid=avoid, preempt=preempt, quotas=quotas)
 
 
 def _allocate(room: _Room, profile: Profile, engine: str, model: ModelConfig) -> Placement:

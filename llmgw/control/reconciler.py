@@ -4,14 +4,16 @@ Every `reconcile_interval`, and at once after anything worth acting on (an
 agent registering, a shard changing state, a node going, a request for a
 model that has no replica, an operator's cordon or drain), one pass:
 
-1. re-reads the run-time catalog from the store;
+1. re-reads the run-time catalog and the capacity quotas from the store;
 2. marks nodes silent past the heartbeat window lost, forgetting their
    replicas (so they are placed again);
 3. gives up on starts that never became ready, and on stops never confirmed;
 4. stops replicas of models that left the catalog;
 5. per model: how many replicas it wants (min, max, on-demand, idle, load),
-   then places the missing ones (placement.py), or stops the extra ones; a
-   replica on a draining node gets a replacement, and stops once that is ready;
+   then places the missing ones (placement.py, held to the owner's capacity
+   quotas), or stops the extra ones; a replica on a draining node gets a
+   replacement (not held to quotas: it takes its original's place), and
+   stops once that is ready;
 6. sends the StartShard and StopShard messages this decided.
 
 A start that fails backs the model off (backoff.initial, doubling up to
@@ -40,12 +42,15 @@ from llmgw.control.engine_keys import EngineKeys
 from llmgw.control.inventory import Inventory, Node
 from llmgw.control.jobs import ReconcilerObserver
 from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, place
+from llmgw.control.quotas import QuotaReader, Quotas
 from llmgw.control.state import (
     ModelState,
     ModelUnavailable,
     ReplicaRecord,
     new_replica_id,
 )
+from llmgw.notify import events
+from llmgw.notify.events import Event
 from llmgw.obs import logs
 from llmgw.plugins.types import Engine
 from llmgw.router.replicas import ReplicaSet
@@ -87,6 +92,7 @@ class Reconciler(AgentEvents):
         start_timeout: float = 900.0,
         stop_grace: float = 30.0,
         observer: ReconcilerObserver | None = None,
+        notify: Callable[[Event], object] | None = None,
     ) -> None:
         self.control = control
         self.catalog = catalog
@@ -101,6 +107,8 @@ class Reconciler(AgentEvents):
         self.stop_grace = stop_grace
         #: told what happens to replicas and placements (the jobs, llmgw/control/jobs.py)
         self.observer = observer or ReconcilerObserver()
+        #: told of what a person should hear of (llmgw.notify: model_parked, node_lost); this only runs on the leader
+        self.notify: Callable[[Event], object] = notify or (lambda event: None)
         self.records: dict[str, ReplicaRecord] = {}
         self.models: dict[str, ModelState] = {}
         self.active = True  #: false on a control plane that does not lead: nothing is started
@@ -111,6 +119,11 @@ class Reconciler(AgentEvents):
         self._stopping = False
         self._task: asyncio.Task | None = None
         self._pass_lock = asyncio.Lock()
+        #: the capacity quotas placement holds models to, read at each pass
+        self.quotas = Quotas()
+        self._quota_reader = QuotaReader(clock)
+        #: models that had replicas stopped to make room: placed first at the next pass, so the room is theirs
+        self._reclaiming: set[str] = set()
 
     # ---------------------------------------------------------------- running
 
@@ -157,15 +170,18 @@ class Reconciler(AgentEvents):
                     await self.catalog.load()
                 except Exception as exc:  # noqa: BLE001 - the store is down: carry on with what is known
                     log.warning("catalog not re-read: %s", exc)
+            await self._read_quotas()
             self._expire_nodes()
             self._expire_stuck()
             known = {m.name for m in self.catalog.cluster_models()}
             for rec in list(self.records.values()):
                 if rec.model not in known and not rec.retiring:
                     self._retire(rec, "its model is not in the catalog any more")
-            # Critical models first: what a preemption frees goes to the model it was made for.
+            # Models that had replicas stopped for them first, then critical ones: what a preemption
+            # frees goes to the model it was made for.
             for model in sorted(self.catalog.cluster_models(),
-                                key=lambda m: (-CLASS_RANK.get(m.model_class, 1), m.name)):
+                                key=lambda m: (m.name not in self._reclaiming, -CLASS_RANK.get(m.model_class, 1),
+                                               m.name)):
                 self._plan(model)
             await self._send()
             self._settle_waiters()
@@ -266,6 +282,7 @@ class Reconciler(AgentEvents):
         for rec in list(self.records.values()):
             self.replicas.remove(rec.id)
         self.records.clear()
+        self._reclaiming.clear()
         for st in self.models.values():
             st.wake_waiters(ModelUnavailable(reason))
         self.models.clear()
@@ -278,10 +295,13 @@ class Reconciler(AgentEvents):
         window = self.control.heartbeat_window.total_seconds()
         for node in self.inventory.expire(window):
             logs.event(log, "node lost", logging.WARNING, node_id=node.id, silent_s=round(window, 1))
-            for rec in [r for r in self.records.values() if r.node == node.id]:
+            lost = [r for r in self.records.values() if r.node == node.id]
+            for rec in lost:
                 self._drop(rec, f"its node {node.id} was lost")
                 if not rec.retiring:
                     self._state(rec.model).last_error = f"{node.id} lost: replica {rec.id} will be placed again"
+            self.notify(events.node_lost(node.id, silent_s=round(window, 1),
+                                         replicas=[(r.id, r.model) for r in lost if not r.retiring]))
 
     def _expire_stuck(self) -> None:
         now = self.clock()
@@ -313,6 +333,7 @@ class Reconciler(AgentEvents):
             for _ in range(missing):
                 decision = self._decide(model)
                 st.decision, st.decision_at = decision, self.wall_clock()
+                self._reclaiming.discard(model.name)
                 if decision.placement is None:
                     if decision.summary() != st.logged:  # said once, not every pass
                         logs.event(log, "model not placed", logging.WARNING, model=model.name,
@@ -322,11 +343,15 @@ class Reconciler(AgentEvents):
                     break
                 st.logged = ""
                 if decision.placement.preempts:
+                    guarantee = decision.placement.guarantee
+                    why = (f"preempted for {model.name}, within the guarantee of {guarantee}" if guarantee
+                           else f"preempted for the critical model {model.name}")
                     for rid in decision.placement.preempts:
                         victim = self.records.get(rid)
                         if victim is not None:
-                            self._retire(victim, f"preempted for the critical model {model.name}")
+                            self._retire(victim, why)
                             st.preempting.add(rid)
+                    self._reclaiming.add(model.name)
                     break
                 self._launch(model, decision.placement)
         self._drain_step(model, st, mine, pending)
@@ -346,7 +371,7 @@ class Reconciler(AgentEvents):
                 continue
             if any(r.replaces == rec.id for r in pending):
                 continue
-            decision = self._decide(model, avoid={rec.node}, preempt=False)
+            decision = self._decide(model, avoid={rec.node}, preempt=False, quotas=False)
             if decision.placement is None:
                 st.drain_blocked = decision
                 continue
@@ -360,7 +385,7 @@ class Reconciler(AgentEvents):
             st.restarting.pop(0)
             self._retire(old, "restarted in place")  # the next pass starts its successor
             return
-        decision = self._decide(model, preempt=False)
+        decision = self._decide(model, preempt=False, quotas=False)
         if decision.placement is None:
             st.drain_blocked = decision
             return
@@ -433,11 +458,22 @@ class Reconciler(AgentEvents):
 
     def dry_run(self, model: CatalogModel) -> Decision:
         """Where the model's next replica would go now; nothing changes."""
-        return self._decide(model, preempt=model.model_class == "critical")
+        return self._decide(model)
 
-    def _decide(self, model: CatalogModel, *, avoid: set[str] = frozenset(), preempt: bool = True) -> Decision:
+    def _decide(self, model: CatalogModel, *, avoid: set[str] = frozenset(), preempt: bool = True,
+                quotas: bool = True) -> Decision:
+        """Placement's answer; `quotas` false for a replacement, which takes its original's place."""
         return place(model.config, self.inventory.nodes(), self._holdings(), engines=self.engines,
-                     avoid=avoid, preempt=preempt)
+                     avoid=avoid, preempt=preempt, quotas=self.quotas if quotas else None)
+
+    async def _read_quotas(self) -> None:
+        """The capacity quotas, from the store; kept as they were when it cannot be read."""
+        if self.catalog.store is None:
+            return
+        try:
+            self.quotas = await self._quota_reader.read(self.catalog.store)
+        except Exception as exc:  # noqa: BLE001 - the store is down: carry on with what is known
+            log.warning("capacity quotas not re-read: %s", exc)
 
     def _holdings(self) -> list[Holding]:
         counts: dict[str, int] = {}
@@ -452,6 +488,7 @@ class Reconciler(AgentEvents):
                 replica_id=rec.id, model=rec.model, node=rec.node, gpus=rec.gpus, memory=rec.memory,
                 cores=rec.cores, model_class=cm.model_class if cm is not None else "opportunistic",
                 spare=counts.get(rec.model, 0) > minimum, started=rec.created,
+                owner=cm.config.owner if cm is not None else "", leaving=bool(rec.retiring),
             ))
         return out
 

@@ -23,7 +23,7 @@ import logging
 import re
 import socket
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -105,8 +105,11 @@ class ControlPlane:
         holder: str | None = None,
         standby_hold: float = STANDBY_HOLD,
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
+        notify: Callable[[Any], object] | None = None,
     ) -> None:
         self.config = config
+        #: told of events a person should hear of (llmgw.notify: the notifier's emit); None tells no one
+        self.notify = notify
         self.store = store
         self.replicas = replicas
         if engines is None:
@@ -134,6 +137,7 @@ class ControlPlane:
         self.jobs = Jobs()  #: changes to models followed until they serve or fail (llmgw/control/jobs.py)
         self.log_requests = LogRequests()
         self.updates = watcher_for(config, self._served_sources)
+        self.updates.notify = notify
         self.agent_port = 0
         self._started = False
 
@@ -144,7 +148,7 @@ class ControlPlane:
         await self.catalog.load()
         self.reconciler = Reconciler(
             self.config.control, self.catalog, self.inventory, EndpointLink(self.endpoint), self.replicas, keys,
-            engines=self.engines, observer=self.jobs,
+            engines=self.engines, observer=self.jobs, notify=self.notify,
         )
         self.reconciler.active = False
         self.reconciler.inactive_reason = "this control plane is a standby"

@@ -8,6 +8,9 @@
 - `GET /leader` beside the gateway's `GET /health`;
 - `llmgw_model_update_available` on the gateway's metrics, from the
   leader's update checks (llmgw/mirror/updates.py);
+- the notifier (llmgw.notify.wiring.install_notifier, when it was installed
+  first) told of parked models, lost nodes and updates, and given to the
+  admin API (`POST /api/v1/notify/test`, failed backups);
 - the admin API on `admin_listen`, steering this control plane through
   `AdminCluster` (skipped with `admin=False`, or when admin_listen is empty).
 
@@ -41,6 +44,10 @@ def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: b
     keys that apply without a restart are put into the running gateway."""
     from llmgw.router.gateway import GATEWAY
 
+    from llmgw.notify.wiring import NOTIFIER
+
+    if app.get(NOTIFIER) is not None:  # llmgw.notify.wiring.install_notifier, called first
+        options.setdefault("notify", app[NOTIFIER].emit)
     slot = install_control_plane(app, config, app[GATEWAY].replicas, **options)
     app[GATEWAY].control = slot  # the router starts on-demand models through it
     app[GATEWAY].metrics.bind(model_updates=lambda: slot.plane.updates.available() if slot.plane else ())
@@ -62,6 +69,7 @@ async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, config_p
         yield
         return
     resolver = app[GATEWAY].resolver
+    from llmgw.notify.wiring import NOTIFIER
     from llmgw.server.app import IN_FORCE
     from llmgw.server.live import GatewayLive
     from llmgw.web.portal import PORTAL
@@ -72,7 +80,8 @@ async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, config_p
     live = in_force.live if in_force is not None else GatewayLive(app[GATEWAY], portal=app.get(PORTAL))
     admin_app = make_admin_app(config, store, cluster=AdminCluster(slot),
                                on_tenancy_change=getattr(resolver, "invalidate", None),
-                               config_path=config_path, live=live, in_force=in_force)
+                               config_path=config_path, live=live, in_force=in_force,
+                               notifier=app.get(NOTIFIER))
     try:
         host, port = admin_address(config)
         serving = serve_admin(admin_app, host, port)

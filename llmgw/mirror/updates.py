@@ -192,6 +192,9 @@ class UpdateWatcher:
         self.error = ""
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        #: told when a model's repository has new files (llmgw.notify: the notifier's emit); None tells no one
+        self.notify: Callable[[Any], object] | None = None
+        self._told: dict[str, tuple] = {}  # model -> the update last told of, so each is told once
 
     @property
     def enabled(self) -> bool:
@@ -227,7 +230,19 @@ class UpdateWatcher:
                 if row.update_available:
                     logs.event(log, "model update available", model=row.model, repo=row.repo,
                                changed=", ".join(row.changed))
+                    self._tell(row)
             return self.rows
+
+    def _tell(self, row: ModelUpdate) -> None:
+        """Say once that `row.model` has an update (again when the repository changes once more)."""
+        seen = (row.upstream_revision, row.changed)
+        if self.notify is None or self._told.get(row.model) == seen:
+            return
+        self._told[row.model] = seen
+        from llmgw.notify.events import model_update_available
+
+        self.notify(model_update_available(row.model, source=row.source, repo=row.repo, changed=row.changed,
+                                           upstream_revision=row.upstream_revision))
 
     def available(self) -> Iterable[tuple[str, float]]:
         """(model, 1 or 0) for the metric llmgw_model_update_available."""

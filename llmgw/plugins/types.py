@@ -7,9 +7,13 @@ third-party plugin written against them must keep working as llmgw grows.
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Mapping, Sequence
+import datetime as dt
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import attrs
+
+if TYPE_CHECKING:
+    import aiohttp
 
 # --- Engines ------------------------------------------------------------------
 
@@ -119,19 +123,58 @@ class JudgeFormat(abc.ABC):
 
 @attrs.frozen
 class Event:
-    """Something an operator may want to hear about."""
+    """Something a person may need to hear of: what happened, to what, in words and as data."""
 
-    kind: str  #: e.g. "node.lost", "replica.parked", "budget.spent"
-    summary: str
-    severity: str = "info"  #: "info", "warning", "critical"
-    detail: Mapping[str, Any] = attrs.Factory(dict)
+    kind: str  #: model_parked, node_lost, budget_spent, model_update_available, backup_failed or test
+    subject: str  #: what it is about: a model's, a node's or a budget's scope, like "qwen" or "team:ml"
+    summary: str  #: one sentence for people, naming the subject and what to do
+    details: Mapping[str, Any] = attrs.Factory(dict)  #: the facts, as JSON values
+    time: dt.datetime | None = None  #: when it happened (UTC); the notifier stamps it
+    source: str = ""  #: the control plane that saw it (its host name); the notifier stamps it
+    id: str = ""  #: unique per event and the same in every retry, so a receiver can drop repeats
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as a webhook's body carries it."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "subject": self.subject,
+            "summary": self.summary,
+            "details": dict(self.details),
+            "time": (self.time.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                     if self.time is not None else None),
+            "source": self.source,
+        }
+
+
+@attrs.frozen
+class SinkTarget:
+    """One entry of server.yaml's notify.sinks, as a sink plugin is given it."""
+
+    name: str  #: what logs and `llmgw ctl notify test` call it
+    url: str = attrs.field(repr=False)  #: may hold a key in its path (a Slack webhook's does): never log it
+    secret: str | None = attrs.field(default=None, repr=False)  #: the signing key, when one is set
+
+
+@attrs.frozen
+class Delivery:
+    """How one sink took one event."""
+
+    ok: bool
+    status: int | None = None  #: the last HTTP status; None when no answer came
+    error: str = ""  #: why it was not delivered, without the address's path or any secret
+    attempts: int = 1
+    seconds: float = 0.0  #: from the first try to the last answer, retries and waits included
 
 
 class Sink(abc.ABC):
-    """Delivers events somewhere (a webhook, a chat channel)."""
+    """Delivers events to one kind of place (a webhook, a chat channel)."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]  #: the kind notify.sinks[].kind names
+    description: ClassVar[str] = ""
 
     @abc.abstractmethod
-    async def deliver(self, event: Event, options: Mapping[str, Any]) -> None:
-        """Send `event`; raise on failure so the caller can retry."""
+    async def send(self, target: SinkTarget, event: Event, session: aiohttp.ClientSession) -> Delivery:
+        """Deliver `event` to `target` through `session`, retrying what a second try may fix.
+
+        A failed delivery is answered as `Delivery(ok=False, ...)`, not raised."""

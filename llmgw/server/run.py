@@ -82,6 +82,9 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
             pass
     app = make_gateway_app(config, store=store)
     watch_cluster_settings(app, in_force)
+    # ---- notifications (llmgw.notify): events that need a person, sent to notify.sinks; before the control plane
+    from llmgw.notify.wiring import install_notifier
+    install_notifier(app, config)
     # ---- the control plane (issue 4): scheduler, agent port, GET /leader, admin API on admin_listen
     from llmgw.control.wiring import attach_control_plane
     attach_control_plane(app, config, config_path=config_path)

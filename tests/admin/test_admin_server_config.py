@@ -56,8 +56,7 @@ class FakeLive:
 
         gateway = type("G", (), {})()  # the real applier's logic, on a stand-in gateway
         self.given.append(new)
-        applier = GatewayLive.__new__(GatewayLive)
-        applier.gateway = gateway
+        applier = GatewayLive(gateway)
         gateway.upstream = type("U", (), {})()
         gateway.chooser = type("C", (), {})()
         gateway.admission = type("A", (), {"config": running.admission})()

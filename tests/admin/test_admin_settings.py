@@ -61,3 +61,44 @@ async def test_bands_come_from_the_configuration(make_admin):
 
     admin = await make_admin(None, ServerConfig(admission=AdmissionConfig(bands=[Band("fast", 2)], default_band="fast")))
     assert (await admin.call("PUT", "/settings/admission.default_band", {"value": "fast"}))["value"] == "fast"
+
+
+class TakesLiveKeys:
+    """A live applier that takes up every key llmgw.server.live names, with no gateway behind it."""
+
+    from llmgw.server.live import LIVE_KEYS as _LIVE
+
+    keys = frozenset(_LIVE)
+
+    def apply(self, running, new):
+        from llmgw.config.schema import parse_path, replace_at, value_at
+
+        taken = [k for k in self._LIVE if value_at(new, parse_path(k)) != value_at(running, parse_path(k))]
+        for key in taken:
+            running = replace_at(running, parse_path(key), value_at(new, parse_path(key)))
+        return running, taken
+
+
+async def test_a_setting_is_in_force_here_at_once_and_the_admin_view_follows(make_admin):
+    from llmgw.admin.state import ADMIN
+
+    admin = await make_admin(None, ServerConfig(router=RouterConfig(retries=RetryConfig(attempts=4))),
+                             live=TakesLiveKeys())
+    state = admin.client.app[ADMIN]
+    s = await admin.call("PUT", "/settings/router.retries.attempts", {"value": 1})
+    assert (s["applies"], s["restart_pending"], state.config.router.retries.attempts) == ("live", False, 1)
+    s = await admin.call("PUT", "/settings/router.timeouts.dial", {"value": "1s"})
+    assert (s["value"], s["applies"], s["restart_pending"]) == ("1s", "restart", True)
+    assert str(state.config.router.timeouts.dial) == "5s"  # the connection pool was made with it
+    s = await admin.call("DELETE", "/settings/router.retries.attempts")
+    assert (s["value"], s["source"], state.config.router.retries.attempts) == (4, "file", 4)
+    s = await admin.call("DELETE", "/settings/router.timeouts.dial")
+    assert s["restart_pending"] is False
+
+
+async def test_a_value_stored_past_the_checks_is_shown_with_why_it_is_not_used(make_admin, store):
+    admin = await make_admin(None)
+    await store.set_setting("admission.default_band", "platinum", actor="a-script")
+    s = await admin.call("GET", "/settings/admission.default_band")
+    assert (s["value"], s["source"], s["version"]) == ("silver", "file", 1)
+    assert "expected one of gold, silver, bronze, got 'platinum'" in s["problem"]

@@ -40,6 +40,8 @@ def test_config_show_get_set_history_unset(capsys, live):
     history = ok(capsys, "config", "history")
     assert len(history.splitlines()) == 3 and "1m30s" in history
     assert "from server.yaml" in ok(capsys, "config", "unset", "admission.max_wait")
+    # This admin API runs without a server around it, so nothing takes a setting up until a restart.
+    assert "takes effect when llmgw server restarts" in ok(capsys, "config", "get", "router.timeouts.dial")
     assert "(unset)" in ok(capsys, "config", "history", "admission.max_wait")
 
 

@@ -185,7 +185,7 @@ def test_notify_sinks():
     assert found == [
         "notify.sinks[0].url: expected an address starting http:// or https://, got 'hooks.example.com'",
         "notify.sinks[0].events[0]: no event is called 'node_lsot' (did you mean 'node_lost'?); "
-        "there are: model_parked, node_lost, budget_spent, update_available, weights_published",
+        "there are: model_parked, node_lost, budget_spent, model_update_available, backup_failed",
     ]
 
 

@@ -141,3 +141,14 @@ def test_an_installed_third_party_distribution_is_listed_and_a_broken_one_refuse
     env["LLMGW_PLUGINS"] = "sim,acme-llmgw-echo"
     proc = subprocess.run([sys.executable, "-m", "llmgw", "plugins"], env=env, capture_output=True, text=True)
     assert proc.returncode == 0 and "acme-llmgw-echo" in proc.stdout and "vllm" not in proc.stdout
+
+
+def test_the_notification_sinks_plugin_is_listed(capsys):
+    from llmgw.cli.main import main
+
+    assert main(["plugins", "--json"]) == 0
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    assert listed["notify-sinks"]["distribution"] == "llmgw-notify-sinks"
+    assert listed["notify-sinks"]["contributes"] == {"notification sinks": ["webhook", "slack"]}
+    assert main(["plugins"]) == 0
+    assert "notification sinks: webhook, slack" in capsys.readouterr().out

@@ -27,7 +27,7 @@ def test_live_keys_reach_the_parts_that_read_them_and_nothing_else_changes():
         "admission": {"queue_depth": 3, "max_wait": "2s", "default_band": "gold"},
     })
     result, taken = GatewayLive(gw).apply(running, new)
-    assert taken == [k for k in LIVE_KEYS]
+    assert taken == [k for k in LIVE_KEYS if k.startswith(("router.", "admission."))]
     assert gw.config is result and result.listen == ":8080"  # a listener waits for a restart
     assert (result.router.retries.attempts, result.router.inject_usage) == (5, False)
     assert (gw.timeouts.first_byte, gw.timeouts.idle, gw.timeouts.total) == (10.0, 20.0, None)
@@ -35,8 +35,58 @@ def test_live_keys_reach_the_parts_that_read_them_and_nothing_else_changes():
     assert (gw.chooser.affinity.session, gw.chooser.affinity.prefix) == (False, False)
     assert gw.chooser.affinity.session_ttl == running.router.affinity.session_ttl
     assert (gw.admission.config.queue_depth, gw.admission.max_wait("silver")) == (3, 2.0)
-    assert gw.admission.default_band == "silver"  # bands and the default band are read at start
+    assert gw.admission.default_band == "gold" and gw.admission.band_name(None) == "gold"
     assert attrs.evolve(result, listen=new.listen, router=new.router, admission=new.admission) == new
+
+
+def with_parts(gw: Gateway, *, guard: bool = True):
+    """The gateway with the parts the other live keys reach: llmgw's rate limiter, guardrails, a portal and a
+    control plane's reconciler (stand-ins where the real ones need a store)."""
+    from types import SimpleNamespace
+
+    from llmgw.accounting.limits import RateLimiter
+    from llmgw.guard.gateway import GuardLayer
+    from llmgw.guard.policy import PolicyBook
+    from llmgw.guard.scan import Scanner
+
+    gw.accountant = SimpleNamespace(rates=RateLimiter())
+    gw.guard = GuardLayer(PolicyBook({}, mode="enforce"), Scanner({})) if guard else None
+    reconciler = SimpleNamespace(control=gw.config.control)
+    gw.control = SimpleNamespace(plane=SimpleNamespace(config=gw.config, reconciler=reconciler))
+    return SimpleNamespace(config=gw.config)
+
+
+def test_the_cluster_settings_reach_limits_portal_guard_and_reconciler():
+    running = parse_server_config({})
+    gw = gateway(running)
+    portal = with_parts(gw)
+    live = GatewayLive(gw, portal=portal)
+    assert live.keys == frozenset(LIVE_KEYS)
+    new = parse_server_config({"auth": {"signup_open": True, "default_rpm": 60, "default_tpm": 1000},
+                               "guard": {"mode": "shadow"}, "control": {"park_after": 9},
+                               "admission": {"default_band": "platinum", "bands": [{"name": "platinum"}]}})
+    result, taken = live.apply(running, new)
+    # The bands are read at start: a default band the running server does not have waits for a restart.
+    assert taken == ["auth.signup_open", "auth.default_rpm", "auth.default_tpm", "control.park_after",
+                     "guard.mode"]
+    assert result.admission.default_band == "silver" and gw.admission.default_band == "silver"
+    assert (gw.accountant.rates.default_rpm, gw.accountant.rates.default_tpm) == (60, 1000)
+    assert portal.config.auth.signup_open is True and portal.config.auth.session_ttl == running.auth.session_ttl
+    assert gw.guard.book.mode == "shadow"
+    plane = gw.control.plane
+    assert plane.reconciler.control.park_after == 9 and plane.config.control.park_after == 9
+    assert plane.reconciler.control.lease_ttl == running.control.lease_ttl
+
+
+def test_a_server_started_with_the_guard_off_turns_it_on_only_at_a_restart():
+    running = parse_server_config({"guard": {"mode": "off"}})
+    gw = gateway(running)
+    with_parts(gw, guard=False)
+    live = GatewayLive(gw)  # and no portal here
+    assert "guard.mode" not in live.keys and "auth.signup_open" not in live.keys
+    result, taken = live.apply(running, parse_server_config({"guard": {"mode": "enforce"},
+                                                              "auth": {"signup_open": True}}))
+    assert (result, taken) == (running, [])
 
 
 def test_nothing_to_take_up_changes_nothing():

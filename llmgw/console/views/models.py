@@ -167,7 +167,7 @@ class ModelsView(TableView):
         m = self._model(name)
         if m is None or self._declared_in_file(name, "change its owner"):
             return
-        field = TextField("owner", "Owner", m["owner"] or "", hint="like team:search; empty for none")
+        field = TextField("owner", "Owner", m["owner"] or "", hint="like team:acme/ml: its quota counts the replicas; empty for none")
         self.app.form(f"Owner of {name}", [field], lambda v: self._change(name, {"owner": v["owner"].strip()}),
                       done=lambda d: self.app.note(f"{name}: owner {d['model']['owner'] or '-'}"))
 
