@@ -173,6 +173,10 @@ class Actions:
     async def unset_setting(self, key: str) -> dict[str, Any]:
         return await self._call(("settings", "server-config"), "DELETE", f"/settings/{quote(key)}")
 
+    async def notify_test(self) -> dict[str, Any]:
+        """A test event to every sink of server.yaml's notify section; how each answered."""
+        return await self._call(("audit",), "POST", "/notify/test", {})
+
     async def save_server_config(self, body: dict[str, Any]) -> dict[str, Any]:
         """This machine's server.yaml changed: {"set": {key: value}, "unset": [key]}, all or nothing."""
         return await self._call(("server-config", "settings"), "PUT", "/server-config", body)

@@ -1,4 +1,4 @@
-"""Do: restart all replicas, back up now, leave."""
+"""Do: restart all replicas, back up now, send a test notification, leave."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from llmgw.console.views.base import TextView, when
 
-__all__ = ["BackUpView", "LeaveView", "RestartAllView"]
+__all__ = ["BackUpView", "LeaveView", "NotifyTestView", "RestartAllView"]
 
 
 class RestartAllView(TextView):
@@ -99,6 +99,38 @@ def size_text(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"
+
+
+class NotifyTestView(TextView):
+    title = "Test notifications"
+    contexts = ("do", "text")
+
+    def lines(self) -> list[Any]:
+        return [("title", "Send a test notification"), "",
+                ("A test event goes to every sink in server.yaml's notify section — webhooks and Slack — and each "
+                 "one's answer is shown: its HTTP status, how long it took, how many tries, and why it failed if "
+                 "it did."), "",
+                ("dim", "Enter sends it. `llmgw ctl notify test [--sink NAME]` does the same; see the "
+                        "notifications page of the manual.")]
+
+    def commands(self) -> dict[str, Callable[[], None]]:
+        return {"act": self.act}
+
+    def act(self) -> None:
+        self.app.run(self.actions.notify_test(), self.done, busy="sending a test event…")
+
+    def done(self, result: dict[str, Any]) -> None:
+        lines: list[Any] = [f"event {result['event_id']}", ""]
+        for sink in result["sinks"]:
+            took = f"{sink['seconds']:.2f}s, {sink['attempts']} tr{'y' if sink['attempts'] == 1 else 'ies'}"
+            if sink["ok"]:
+                lines.append(("good", f"{sink['sink']} ({sink['kind']}): took it, HTTP {sink['status']} in {took}"))
+            else:
+                status = f"HTTP {sink['status']}" if sink["status"] is not None else "no answer"
+                lines.append(("error", f"{sink['sink']} ({sink['kind']}): not delivered, {status} after {took}: "
+                                       f"{sink['error']}"))
+        title = "Every sink took the test event" if result["ok"] else "A sink did not take the test event"
+        self.app.show(title, lines)
 
 
 class LeaveView(TextView):
