@@ -351,7 +351,8 @@ class GuardConfig:
 class NotifySink:
     """Somewhere events are sent: a webhook, Slack, or a kind a plugin adds."""
 
-    url: str = setting(doc="Where the event is posted.")
+    url: Secret = setting(doc=("Where the event is posted. A Slack webhook's address is itself a key: "
+                               "env:NAME or file:/path keeps it out of this file."))
     name: str = setting(
         "", doc="A name for this sink in logs, metrics and llmgw ctl notify test; empty: sinks[N] and its host "
         "(never its whole address: a Slack webhook's path is its key)."

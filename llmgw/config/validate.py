@@ -123,10 +123,12 @@ def _generic(config: Any) -> list[Problem]:
     return problems
 
 
-def _url(path: tuple, url: str, what: str) -> list[Problem]:
+def _url(path: tuple, url: str, what: str, *, shown: bool = True) -> list[Problem]:
+    """`shown` False: the address came from env: or file: (it may be a key) and is not repeated."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        return [Problem(path, f"expected {what} starting http:// or https://, got {url!r}")]
+        got = repr(url) if shown else "something else"
+        return [Problem(path, f"expected {what} starting http:// or https://, got {got}")]
     return []
 
 
@@ -392,10 +394,10 @@ def _notify(notify: NotifyConfig) -> list[Problem]:
     names: dict[str, int] = {}
     for index, sink in enumerate(notify.sinks):
         path = ("notify", "sinks", index)
-        problems += _url((*path, "url"), sink.url, "an address")
+        problems += _url((*path, "url"), sink.url.reveal(), "an address", shown=sink.url.origin == "literal")
         if not sink.kind.strip():
             problems.append(Problem((*path, "kind"), "empty; give webhook, slack, or a kind a plugin adds"))
-        name = sink.name or sink.url
+        name = sink.name or sink.url.reveal()
         if name in names:
             problems.append(Problem(path, f"the same as sinks[{names[name]}]; give each a name of its own"))
         names.setdefault(name, index)

@@ -63,7 +63,7 @@ def _host(url: str) -> str:
 
 def sink_label(index: int, sink: NotifySink) -> str:
     """What logs, metrics and `ctl notify test` call a sink: its name, else `sinks[N] (host)`."""
-    return sink.name or f"sinks[{index}] ({_host(sink.url)})"
+    return sink.name or f"sinks[{index}] ({_host(sink.url.reveal())})"
 
 
 @attrs.frozen
@@ -154,7 +154,7 @@ class Notifier:
         self.repeat_after = config.repeat_after.total_seconds()
         self.targets = [
             Target(index=i, label=sink_label(i, s), kind=s.kind, events=frozenset(s.events), sink=sinks[s.kind],
-                   target=SinkTarget(name=sink_label(i, s), url=s.url,
+                   target=SinkTarget(name=sink_label(i, s), url=s.url.reveal(),
                                      secret=s.secret.reveal() if s.secret is not None else None))
             for i, s in enumerate(config.sinks)
         ]

@@ -184,3 +184,17 @@ def test_without_sinks_no_plugin_is_needed(monkeypatch):
     monkeypatch.setattr("llmgw.plugins.manager.load_plugins", no_plugins)
     n = build_notifier(server_config())
     assert not n.enabled and not n.emit(parked())
+
+
+def test_a_sinks_address_can_come_from_the_environment_and_is_not_repeated_when_wrong(monkeypatch):
+    from llmgw.config import ConfigError, parse_server_config
+
+    monkeypatch.setenv("SLACK_HOOK", "https://hooks.slack.example/services/T/B/secretpart")
+    config = parse_server_config({"notify": {"sinks": [{"url": "env:SLACK_HOOK", "kind": "slack"}]}})
+    sink = config.notify.sinks[0]
+    assert sink.url.reveal().endswith("/secretpart") and sink.url.origin == "env:SLACK_HOOK"
+    monkeypatch.setenv("SLACK_HOOK", "hooks.slack.example/services/T/B/secretpart")
+    with pytest.raises(ConfigError) as caught:
+        parse_server_config({"notify": {"sinks": [{"url": "env:SLACK_HOOK", "kind": "slack"}]}})
+    text = str(caught.value) + " ".join(str(p) for p in caught.value.details)
+    assert "notify.sinks[0].url" in text and "secretpart" not in text
