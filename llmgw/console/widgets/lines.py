@@ -13,49 +13,31 @@ from collections.abc import Sequence
 
 import urwid
 
+from llmgw.console.widgets.table import IndexWalker
+
 __all__ = ["Lines", "LinesWalker"]
 
 Line = tuple["str | None", str]  #: (palette entry or None, text)
 
 
-class LinesWalker(urwid.ListWalker):
-    """The ListWalker over `lines`, nothing more: positions are indexes."""
+class LinesWalker(IndexWalker):
+    """The walker over `lines`."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.lines: list[Line] = []
-        self.focus = 0
-        self._cache: dict[int, urwid.Widget] = {}
+
+    def __len__(self) -> int:
+        return len(self.lines)
 
     def set_lines(self, lines: Sequence[Line]) -> None:
         self.lines = list(lines)
-        self._cache.clear()
-        self.focus = min(self.focus, max(0, len(self.lines) - 1))
+        self.forget()
         self._modified()
 
-    def _widget(self, pos: int) -> urwid.Widget:
-        if pos not in self._cache:
-            attr, text = self.lines[pos]
-            self._cache[pos] = urwid.Text((attr, text) if attr else text)
-        return self._cache[pos]
-
-    def get_focus(self):
-        if not self.lines:
-            return None, None
-        return self._widget(self.focus), self.focus
-
-    def set_focus(self, position: int) -> None:
-        self.focus = position
-        self._modified()
-
-    def get_next(self, position: int):
-        if position + 1 >= len(self.lines):
-            return None, None
-        return self._widget(position + 1), position + 1
-
-    def get_prev(self, position: int):
-        if position <= 0:
-            return None, None
-        return self._widget(position - 1), position - 1
+    def make(self, pos: int) -> urwid.Widget:
+        attr, text = self.lines[pos]
+        return urwid.Text((attr, text) if attr else text)
 
 
 class Lines(urwid.ListBox):

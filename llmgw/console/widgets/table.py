@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import urwid
 
-__all__ = ["Row", "RowsWalker", "SelectableText", "Table"]
+__all__ = ["IndexWalker", "Row", "RowsWalker", "SelectableText", "Table"]
 
 #: The widest a column grows to before its cells are cut short.
 MAX_COLUMN = 40
@@ -35,36 +35,32 @@ class SelectableText(urwid.Text):
         return key
 
 
-class RowsWalker(urwid.ListWalker):
-    """The ListWalker over `rows`, nothing more: positions are indexes."""
+class IndexWalker(urwid.ListWalker):
+    """A ListWalker over a list held elsewhere: positions are indexes, and a widget is made for an item
+    (`make`) only when the ListBox shows it, then kept until the items change (`forget`)."""
 
     def __init__(self) -> None:
-        self.rows: list[Row] = []
-        self.widths: list[int] = []
         self.focus = 0
         self._cache: dict[int, urwid.Widget] = {}
 
-    def set_rows(self, rows: Sequence[Row], widths: list[int]) -> None:
-        key = self.rows[self.focus].key if 0 <= self.focus < len(self.rows) else None
-        self.rows = list(rows)
-        self.widths = widths
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def make(self, pos: int) -> urwid.Widget:
+        raise NotImplementedError
+
+    def forget(self) -> None:
+        """The items changed: widgets are made again, and the focus stays within them."""
         self._cache.clear()
-        keys = [r.key for r in self.rows]
-        if key in keys:
-            self.focus = keys.index(key)
-        else:
-            self.focus = min(self.focus, max(0, len(self.rows) - 1))
-        self._modified()
+        self.focus = min(self.focus, max(0, len(self) - 1))
 
     def _widget(self, pos: int) -> urwid.Widget:
         if pos not in self._cache:
-            row = self.rows[pos]
-            line = format_cells(row.cells, self.widths)
-            self._cache[pos] = urwid.AttrMap(SelectableText(line, wrap="clip"), row.attr, "focus")
+            self._cache[pos] = self.make(pos)
         return self._cache[pos]
 
     def get_focus(self):
-        if not self.rows:
+        if not len(self):
             return None, None
         return self._widget(self.focus), self.focus
 
@@ -73,7 +69,7 @@ class RowsWalker(urwid.ListWalker):
         self._modified()
 
     def get_next(self, position: int):
-        if position + 1 >= len(self.rows):
+        if position + 1 >= len(self):
             return None, None
         return self._widget(position + 1), position + 1
 
@@ -81,6 +77,33 @@ class RowsWalker(urwid.ListWalker):
         if position <= 0:
             return None, None
         return self._widget(position - 1), position - 1
+
+
+class RowsWalker(IndexWalker):
+    """The walker over `rows`; the focus stays on the same key when the rows are replaced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[Row] = []
+        self.widths: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def set_rows(self, rows: Sequence[Row], widths: list[int]) -> None:
+        key = self.rows[self.focus].key if 0 <= self.focus < len(self.rows) else None
+        self.rows = list(rows)
+        self.widths = widths
+        self.forget()
+        keys = [r.key for r in self.rows]
+        if key in keys:
+            self.focus = keys.index(key)
+        self._modified()
+
+    def make(self, pos: int) -> urwid.Widget:
+        row = self.rows[pos]
+        line = format_cells(row.cells, self.widths)
+        return urwid.AttrMap(SelectableText(line, wrap="clip"), row.attr, "focus")
 
 
 def format_cells(cells: Sequence[str], widths: Sequence[int]) -> str:
