@@ -154,6 +154,10 @@ class Cluster(Protocol):
     async def replicas(self) -> list[ReplicaInfo]:
         """Every replica, by model."""
 
+    async def restart_replica(self, replica_id: str, *, in_place: bool, actor: str) -> RestartResult:
+        """Restart one replica as `restart_model` does each: ClusterNotFound naming it when no such replica runs;
+        ClusterConflict while its model's replicas are being restarted the other way."""
+
     # ---- jobs
     async def jobs(self, *, state: str | None, model: str | None) -> list[JobInfo]:
         """Jobs since the leader started, newest first (only those in `state`, or of `model`, when given)."""

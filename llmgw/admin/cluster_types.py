@@ -197,7 +197,7 @@ class ScaleChange:
 
 @attrs.frozen(kw_only=True)
 class RestartRequest:
-    """How a model's replicas are restarted."""
+    """How replicas are restarted: every one of a model's, or one alone."""
 
     in_place: bool = field(
         "Stop and start each replica where it is, instead of starting a replacement first.", False)
@@ -207,7 +207,7 @@ class RestartRequest:
 class RestartResult:
     """The replicas being restarted."""
 
-    model: str = field("The model.")
+    model: str = field("The model whose replicas they are.")
     replicas: list[str] = field("Ids of the replicas being replaced or restarted, one at a time.")
     job: str | None = field("The job following the restart (GET /jobs/{job}); null when none was started.", None)
 

@@ -197,6 +197,13 @@ async def list_replicas(call: Call) -> ReplicaList:
     return ReplicaList(replicas=await call.admin.need_cluster().replicas())
 
 
+async def restart_replica(call: Call) -> RestartResult:
+    """Restart one replica: a replacement is started first and the replica stops once it is ready, or, in
+    place, it stops and a new one starts. 409 while its model's replicas are being restarted the other way."""
+    return await call.admin.need_cluster().restart_replica(call.params["replica"], in_place=call.body.in_place,
+                                                           actor=call.actor)
+
+
 # ---------------------------------------------------------------- jobs
 
 

@@ -113,6 +113,7 @@ KEY = {"key": "The setting's key, like router.retries.attempts."}
 USER = {"user": "The person's email or id."}
 APIKEY = {"key": "The key's id (key-…) or its prefix."}
 JOB = {"job": "The job's id, like job-3f9a1c."}
+REPLICA = {"replica": "The replica's id, like qwen-small-3f9a1c2e (`GET /replicas` lists them)."}
 
 ROUTES: tuple[Route, ...] = (
     # ---- cluster
@@ -160,6 +161,9 @@ ROUTES: tuple[Route, ...] = (
           summary="Check for new files now"),
     Route(method="GET", path="/replicas", handler=hc.list_replicas, tag="cluster", response=ReplicaList,
           summary="List replicas"),
+    Route(method="POST", path="/replicas/{replica}/restart", handler=hc.restart_replica, tag="cluster",
+          response=RestartResult, request=RestartRequest, params=REPLICA, action="replicas.restart",
+          target="replica:{replica}", summary="Restart one replica"),
     Route(method="GET", path="/jobs", handler=hc.list_jobs, tag="cluster", response=JobList, query=JobQuery,
           summary="List jobs: models being served or changed"),
     Route(method="GET", path="/jobs/{job}", handler=hc.get_job, tag="cluster", response=JobInfo, params=JOB,

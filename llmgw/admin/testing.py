@@ -283,6 +283,15 @@ class FakeCluster:
     async def replicas(self) -> list[ReplicaInfo]:
         return sorted(self._replicas.values(), key=lambda r: (r.model, r.id))
 
+    async def restart_replica(self, replica_id: str, *, in_place: bool, actor: str) -> RestartResult:
+        replica = self._replicas.get(replica_id)
+        if replica is None:
+            raise ClusterNotFound(f"no replica called {replica_id!r} runs on this cluster: "
+                                  "`llmgw ctl replicas` lists them")
+        self.calls.append(("restart_replica", (replica_id, in_place, actor)))
+        return RestartResult(model=replica.model, replicas=[replica_id],
+                             job=self._job(replica.model, "restart", actor).id)
+
     async def jobs(self, *, state: str | None, model: str | None) -> list[JobInfo]:
         return [j for j in reversed(self.job_list) if state in (None, j.state) and model in (None, j.model)]
 

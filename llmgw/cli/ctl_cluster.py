@@ -1,4 +1,4 @@
-"""`llmgw ctl status|nodes|node|cordon|uncordon|drain|models|model|explain-placement|replicas`.
+"""`llmgw ctl status|nodes|node|cordon|uncordon|drain|models|model|explain-placement|replicas|replica`.
 
 `ctl model plan` reads a model's shape here (llmgw/mirror/plan.py) and fits it
 to the nodes the admin API lists; `ctl model updates` shows the leader's
@@ -128,6 +128,18 @@ def register(sub) -> None:
                        "GPUs and how long it has been so.")
     p.add_argument("--model", help="only this model's")
     register_leaf(p, run_replicas)
+
+    replica = sub.add_parser("replica", help="Restart one replica.",
+                             description="Change one replica (`llmgw ctl replicas` lists them): restart it.")
+    cmds = replica.add_subparsers(dest="replica_command", metavar="SUBCOMMAND")
+    replica.set_defaults(handler=usage_of(replica, "ctl replica"))
+    p = cmds.add_parser("restart", help="Restart one replica: a replacement first, or in place.",
+                        description="Restart one replica: a replacement starts first and the replica stops once "
+                        "it is ready, or with --in-place it stops and a new one starts. The model's other "
+                        "replicas are not touched.")
+    p.add_argument("replica", metavar="ID")
+    p.add_argument("--in-place", action="store_true", help="stop it, then start a new one")
+    register_leaf(p, run_replica_restart)
 
 
 # ---------------------------------------------------------------- status
@@ -332,14 +344,22 @@ def run_model_scale(args: argparse.Namespace, client: AdminClient) -> int:
 
 
 def run_model_restart(args: argparse.Namespace, client: AdminClient) -> int:
-    result = client.post(f"/models/{quote(args.name)}/restart", {"in_place": args.in_place})
+    _print_restart(args, client.post(f"/models/{quote(args.name)}/restart", {"in_place": args.in_place}))
+    return 0
+
+
+def run_replica_restart(args: argparse.Namespace, client: AdminClient) -> int:
+    _print_restart(args, client.post(f"/replicas/{quote(args.replica)}/restart", {"in_place": args.in_place}))
+    return 0
+
+
+def _print_restart(args: argparse.Namespace, result: dict[str, Any]) -> None:
     if args.json:
         print_json(result)
-    else:
-        print(f"{result['model']}: restarting {', '.join(result['replicas']) or 'nothing (no replica runs)'}")
-        if result.get("job"):
-            print(f"  job {result['job']}: `llmgw ctl jobs {result['job']}` follows it")
-    return 0
+        return
+    print(f"{result['model']}: restarting {', '.join(result['replicas']) or 'nothing (no replica runs)'}")
+    if result.get("job"):
+        print(f"  job {result['job']}: `llmgw ctl jobs {result['job']}` follows it")
 
 
 ENV_MIRROR = "LLMGW_MIRROR_URL"

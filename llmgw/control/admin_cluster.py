@@ -270,6 +270,23 @@ class AdminCluster:
         return RestartResult(model=model, replicas=replica_ids,
                              job=latest.id if latest is not None and latest.kind == "restart" else None)
 
+    async def restart_replica(self, replica_id: str, *, in_place: bool, actor: str) -> RestartResult:
+        plane = self._leader()
+        try:
+            model = await plane.restart_replica(replica_id, in_place=in_place, actor=actor, audit=False)
+        except KeyError:
+            rec = plane.reconciler.records.get(replica_id) if plane.reconciler is not None else None
+            if rec is not None:  # known, but already on its way out
+                raise ClusterConflict(f"{replica_id} is already stopping ({rec.retiring or rec.state}); "
+                                      "there is nothing to restart") from None
+            raise ClusterNotFound(f"no replica called {replica_id!r} runs on this cluster: "
+                                  "`llmgw ctl replicas` lists them") from None
+        except ValueError as exc:
+            raise ClusterConflict(str(exc)) from None
+        latest = plane.jobs.latest_for(model)
+        return RestartResult(model=model, replicas=[replica_id],
+                             job=latest.id if latest is not None and latest.kind == "restart" else None)
+
     async def explain_placement(self, name: str) -> PlacementExplanation:
         plane = self._plane()
         e = self._explain(plane, name)

@@ -1,13 +1,13 @@
 """Jobs: a change to a model, followed on the leader until the model serves as asked or has failed.
 
-A job starts when an operator adds a model, scales it, restarts its
-replicas or retries it (`ControlPlane` starts it, naming who asked), and
-when the reconciler places a replica for a model no job follows (a model
+A job starts when an operator adds a model, scales it, restarts its replicas
+(or one of them) or retries it (`ControlPlane` starts it, naming who asked),
+and when the reconciler places a replica for a model no job follows (a model
 from server.yaml at start, a replica replaced after a crash: `by` is the
 control plane). It is fed by the reconciler through `ReconcilerObserver`,
 the hooks below, called where a replica is placed, fetches weights, starts,
-becomes ready, stops or fails, where placement finds no room, and at the
-end of each pass, when every job still running is measured against its goal:
+becomes ready, stops or fails, where placement finds no room, and at the end
+of each pass, when every job still running is measured against its goal:
 
 - add, change, scale, retry, start and move: done once the model has as many
   ready replicas as it wants, none starting and none stopping;
@@ -48,7 +48,7 @@ JOB_KINDS = {
     "add": "a model added to the catalog",
     "change": "a model added again over the one before (replace)",
     "scale": "a model's scaling changed",
-    "restart": "a model's replicas restarted",
+    "restart": "a model's replicas restarted, or one of them",
     "retry": "a parked model started again",
     "start": "replicas the control plane placed by itself (at start, after a crash, for load)",
     "move": "a replica moved off a draining node",

@@ -264,6 +264,31 @@ class Reconciler(AgentEvents):
         self.kick()
         return list(st.restarting)
 
+    def restart_replica(self, replica_id: str, *, in_place: bool = False) -> str:
+        """Restart one replica the way `restart` does each of a model's: a replacement first (or, `in_place`,
+        a stop and a new start). Returns its model's name; KeyError for a replica that is not running here;
+        ValueError while its model's replicas are being restarted the other way."""
+        rec = self.records.get(replica_id)
+        if rec is None or not rec.live:
+            raise KeyError(replica_id)
+        cm = self.catalog.get(rec.model)
+        if cm is None:
+            raise ValueError(f"{replica_id} is being stopped: its model {rec.model} is no longer in the catalog")
+        st = self._state(cm.name)
+        st.restarting = [rid for rid in st.restarting if self._serving(rid)]
+        if st.restarting and st.restart_in_place != in_place:
+            under_way = "in place" if st.restart_in_place else "each with a replacement first"
+            raise ValueError(f"{cm.name}'s replicas are already being restarted {under_way} "
+                             f"({', '.join(st.restarting)} still to go): restart {replica_id} the same way, "
+                             "or once that restart has ended")
+        if not st.restarting:
+            st.restart_in_place = in_place
+        if replica_id not in st.restarting:
+            st.restarting.append(replica_id)
+        logs.event(log, "replica restarting", model=cm.name, replica_id=replica_id, in_place=in_place)
+        self.kick()
+        return cm.name
+
     def remove_node(self, node_id: str) -> Node:
         """Forget a node with nothing on it. KeyError when unknown; ValueError while replicas run there."""
         node = self.inventory.get(node_id)

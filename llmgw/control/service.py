@@ -428,6 +428,17 @@ class ControlPlane:
                                           {"in_place": in_place, "replicas": replica_ids})
         return replica_ids
 
+    async def restart_replica(self, replica_id: str, *, in_place: bool = False, actor: str,
+                              audit: bool = True) -> str:
+        """Restart one replica; returns its model's name (KeyError: not running here; ValueError: its model's
+        replicas are being restarted the other way)."""
+        model = self._rec().restart_replica(replica_id, in_place=in_place)
+        self._job(model, "restart", actor, old=[replica_id])
+        if audit:
+            await self.store.append_audit(actor, "replicas.restart", f"replica:{replica_id}",
+                                          {"in_place": in_place, "model": model})
+        return model
+
     async def add_model(self, spec: Mapping[str, Any], *, actor: str, replace: bool = False,
                         audit: bool = True) -> CatalogModel:
         existed = replace and isinstance(spec.get("name"), str) and spec["name"] in self.catalog

@@ -17,7 +17,7 @@ def test_the_fake_cluster_implements_the_protocol():
 
 @pytest.mark.parametrize("route", CLUSTER_ROUTES, ids=lambda r: f"{r.method} {r.path}")
 async def test_without_a_cluster_each_cluster_endpoint_is_501_naming_what_is_missing(bare, route):
-    path = route.path.format(node="gpu-a-01", name="qwen-small", job="job-1")
+    path = route.path.format(node="gpu-a-01", name="qwen-small", job="job-1", replica="qwen-small-0001")
     body = {"name": "x", "profiles": [{"engine": "sim"}]} if route.path == "/models" and route.method == "POST" \
         else ({"labels": {}} if route.path.endswith("/labels") else {})
     error = await bare.refused(route.method, path, body, status=501)
@@ -100,6 +100,23 @@ async def test_a_model_is_added_replaced_restarted_and_removed(admin):
     assert "server.yaml" in await admin.refused("DELETE", "/models/qwen-small", status=409)
     await admin.call("DELETE", "/models/tiny")
     assert [m["name"] for m in (await admin.call("GET", "/models"))["models"]] == ["qwen-small"]
+
+
+async def test_one_replica_is_restarted_and_an_unknown_one_is_404_naming_it(admin):
+    hdr = {"Content-Type": "application/json", "Authorization": "Bearer s3cret-admin-token-for-tests",
+           "X-Llmgw-Actor": "ann", "X-Llmgw-Via": "console"}
+    restarted = await admin.call("POST", "/replicas/qwen-small-0001/restart", {"in_place": True}, headers=hdr)
+    assert (restarted["model"], restarted["replicas"]) == ("qwen-small", ["qwen-small-0001"])
+    job = await admin.call("GET", f"/jobs/{restarted['job']}")
+    assert (job["kind"], job["model"], job["by"]) == ("restart", "qwen-small", "ann")
+    assert admin.cluster.calls[-1] == ("restart_replica", ("qwen-small-0001", True, "ann"))
+    error = await admin.refused("POST", "/replicas/qwen-small-9999/restart", {}, status=404)
+    assert "no replica called 'qwen-small-9999'" in error
+    refused, done = await admin.store.list_audit(action="replicas.restart")
+    assert (done.actor, done.target) == ("ann", "replica:qwen-small-0001")
+    assert done.detail == {"via": "console", "outcome": "ok",
+                           "fields": {"replica": "qwen-small-0001", "in_place": True}}
+    assert refused.target == "replica:qwen-small-9999" and refused.detail["status"] == 404
 
 
 async def test_cluster_refusals_are_recorded_with_their_reason(admin):

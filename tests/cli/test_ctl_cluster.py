@@ -103,6 +103,19 @@ def test_model_add_restart_remove_from_a_file(capsys, live, tmp_path):
     assert "server.yaml" in refused(capsys, "model", "remove", "qwen-small")
 
 
+def test_replica_restart_restarts_that_one_and_names_its_job(capsys, live):
+    out = ok(capsys, "replica", "restart", "qwen-small-0001", "--in-place")
+    assert out == ("qwen-small: restarting qwen-small-0001\n"
+                   "  job job-1: `llmgw ctl jobs job-1` follows it\n")
+    method, (replica, in_place, _actor) = live.cluster.calls[-1]
+    assert (method, replica, in_place) == ("restart_replica", "qwen-small-0001", True)
+    answer = ok_json(capsys, "replica", "restart", "qwen-small-0001")
+    assert answer == {"model": "qwen-small", "replicas": ["qwen-small-0001"], "job": "job-2"}
+    assert live.cluster.calls[-1][1][1] is False
+    assert refused(capsys, "replica", "restart", "qwen-small-9999").startswith(
+        "no replica called 'qwen-small-9999' runs on this cluster")
+
+
 def test_explain_placement(capsys, live):
     ok(capsys, "cordon", "gpu-a-02")
     out = ok(capsys, "explain-placement", "qwen-small")

@@ -184,6 +184,30 @@ async def test_restart_a_model_and_restart_all(app, live):
     assert "qwen-small: restarting qwen-small-0001" in screen(app)
 
 
+async def test_restart_one_replica_in_place_says_which_job_follows_it(app, live):
+    await open_view(app, "Replicas")
+    await keys(app, "enter")
+    menu = screen(app)
+    assert "Restart it…" in menu and "Restart qwen-small's replicas…" in menu
+    await choose(app, "Restart it")
+    text = screen(app)
+    assert "Restart qwen-small-0001" in text and "Its model's other replicas are not touched." in text
+    await keys(app, "right", "tab", "enter")
+    assert live.cluster.calls[-1] == ("restart_replica", ("qwen-small-0001", True, "ann"))
+    text = screen(app)
+    assert "qwen-small: restarting qwen-small-0001" in text
+    assert "job job-1 follows it: Jobs shows its steps (`llmgw ctl jobs job-1`)" in text
+    await keys(app, "enter")
+    assert not app.dialogs
+
+    # Left as it is, the form restarts it with a replacement first.
+    await keys(app, "enter")
+    await choose(app, "Restart it")
+    await keys(app, "tab", "enter")
+    assert live.cluster.calls[-1] == ("restart_replica", ("qwen-small-0001", False, "ann"))
+    assert "job job-2 follows it" in screen(app)
+
+
 async def test_q_leaves_and_ctrl_c_leaves_even_from_a_dialog(app):
     await open_view(app, "Leave")
     await keys(app, "enter")

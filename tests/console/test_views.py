@@ -54,7 +54,9 @@ async def test_nodes_gpus_and_replicas(app):
     assert "qwen-small-0001  qwen-small  gpu-a-01  ready  0" in text
     await keys(app, "enter")
     await choose(app, "Details")
-    assert "model qwen-small, profile default, engine sim" in screen(app)
+    text = screen(app)
+    assert "model qwen-small, profile default, engine sim" in text
+    assert "not restarted alone" not in text
 
 
 async def test_models_details_and_why_it_is_placed_where_it_is(app):

@@ -155,6 +155,28 @@ async def test_a_restart_is_done_once_every_old_replica_is_replaced():
     assert sum(t.endswith("stopped on node-a") or t.endswith("stopped on node-b") for t in texts(job)) == 2
 
 
+async def test_a_replica_restart_is_done_once_that_replica_is_replaced():
+    h = Harness([model("qwen", scaling={"min": 2, "max": 2})])
+    jobs = follow(h)
+    h.connect(register("node-a"))
+    h.connect(register("node-b"))
+    target, _ = sorted(m.shard_id for _, m in await h.start_ready())
+    await h.tick()
+    h.rec.restart_replica(target)
+    job = jobs.start("qwen", "restart", "ann", old=[target])
+    assert job.now == f"ann asked to restart 1 replica: {target}"
+    await h.tick()
+    [(node_id, replacement)] = h.agents.starts()
+    h.status(node_id, replacement.shard_id, "ready", port=h.port_for(replacement))
+    await h.tick()
+    assert job.state == "running"  # the old one has not stopped yet
+    [(old_node, stop)] = h.agents.stops()
+    assert stop.shard_id == target
+    h.status(old_node, target, "stopped")
+    await h.tick()
+    assert job.state == "done" and job.now == "done: 1 replica restarted; 2 of 2 ready"
+
+
 async def test_a_restart_with_no_room_for_the_replacement_waits():
     h = Harness([model("big", engine="vllm", profiles=[{"name": "d", "gpus": 1}])])
     jobs = follow(h)

@@ -1,15 +1,17 @@
-"""Jobs through the admin API's view of a real control plane: a scale followed to done, a standby refuses."""
+"""Jobs through the admin API's view of a real control plane: a scale and a replica's restart followed to done,
+a standby refuses."""
 
 from __future__ import annotations
 
 import pytest
 
-from llmgw.admin.cluster_api import ClusterNotFound, ClusterUnavailable
+from llmgw.admin.cluster_api import ClusterConflict, ClusterNotFound, ClusterUnavailable
 from llmgw.admin.cluster_types import ScaleChange
 from llmgw.control.admin_cluster import AdminCluster
 from llmgw.control.service import ControlPlane, ControlPlaneSlot
 from llmgw.router.replicas import ReplicaSet
 from llmgw.store import open_store
+from llmgw.wire import messages as w
 
 from .conftest import ENGINES
 from .test_service import FakeAgent, server_config, until
@@ -49,6 +51,11 @@ async def test_a_scale_through_the_admin_api_is_a_job_followed_to_done(tmp_path)
 
         restart = await cluster.restart_model("tiny", in_place=True, actor="ann")
         assert restart.job is not None and (await cluster.job(restart.job)).kind == "restart"
+        # This fake agent never says a stop is done: the old replica stays, stopping, and is not restarted.
+        [old] = restart.replicas
+        await until(lambda: not plane.reconciler.records[old].live, what="the old replica to be stopping")
+        with pytest.raises(ClusterConflict, match=f"{old} is already stopping"):
+            await cluster.restart_replica(old, in_place=True, actor="ann")
         with pytest.raises(ClusterNotFound, match="no job called 'job-nope'"):
             await cluster.job("job-nope")
 
@@ -56,6 +63,68 @@ async def test_a_scale_through_the_admin_api_is_a_job_followed_to_done(tmp_path)
         await until(lambda: not plane.leading, what="leadership to go")
         with pytest.raises(ClusterUnavailable, match="standby"):
             await cluster.jobs(state=None, model=None)
+    finally:
+        await agent.stop()
+        await plane.stop()
+        await store.close()
+
+
+class StoppingAgent(FakeAgent):
+    """The fake agent, which also says every StopShard is done at once (so a restart can end)."""
+
+    async def on_session(self, session) -> None:
+        self.welcomes.append(session.url)
+        async for message in session:
+            if isinstance(message, w.StartShard):
+                self.shards[message.shard_id] = message
+                self.ports[message.shard_id] = message.port or 20000 + len(self.ports)
+                await session.send(w.ShardStatus(shard_id=message.shard_id, state="ready", model=message.model,
+                                                 port=self.ports[message.shard_id], command_id=message.command_id))
+            elif isinstance(message, w.StopShard) and message.shard_id in self.shards:
+                model = self.shards.pop(message.shard_id).model
+                await session.send(w.ShardStatus(shard_id=message.shard_id, state="stopped", model=model,
+                                                 command_id=message.command_id))
+
+
+async def test_one_replica_restarted_through_the_admin_api_is_a_restart_job_followed_to_done(tmp_path):
+    store = await open_store(f"sqlite:///{tmp_path}/store.db")
+    slot = ControlPlaneSlot()
+    cluster = AdminCluster(slot)
+    replicas = ReplicaSet()
+    plane = ControlPlane(server_config(), store, replicas, engines=ENGINES, holder="cp-1")
+    agent = StoppingAgent([f"127.0.0.1:{plane.config.agent_listen.rsplit(':', 1)[1]}"])
+    try:
+        await plane.start()
+        slot.plane = plane
+        assert await plane.leadership.wait_leading(3)
+        agent.start()
+        await until(lambda: replicas.replicas_for("tiny"), what="a ready replica")
+        [old] = [r.id for r in replicas.replicas_for("tiny")]
+
+        result = await cluster.restart_replica(old, in_place=False, actor="ann")
+        assert (result.model, result.replicas) == ("tiny", [old]) and result.job is not None
+        assert plane.jobs.get(result.job).old == (old,)
+        await until(lambda: not plane.jobs.get(result.job).active, what="the restart's job to end")
+        job = await cluster.job(result.job)
+        assert (job.kind, job.by, job.model, job.state) == ("restart", "ann", "tiny", "done")
+        assert job.steps[0].text == f"ann asked to restart 1 replica: {old}"
+        assert job.now == "done: 1 replica restarted; 1 of 1 ready"
+        [new] = [r.id for r in replicas.replicas_for("tiny")]
+        assert new != old and job.replicas == [new]
+
+        with pytest.raises(ClusterNotFound, match=f"no replica called '{old}' runs on this cluster"):
+            await cluster.restart_replica(old, in_place=False, actor="ann")
+        # A restart of its model, with a replacement first, is under way: in place is refused until it ends.
+        await cluster.restart_model("tiny", in_place=False, actor="ann")
+        with pytest.raises(ClusterConflict, match="tiny's replicas are already being restarted"):
+            await cluster.restart_replica(new, in_place=True, actor="ann")
+        # The admin API records the audit events: the control plane wrote none.
+        assert [e for e in await store.list_audit() if e.actor == "ann"] == []
+        # Called by itself (not for the admin API), the control plane records its own.
+        assert await plane.restart_replica(new, actor="bob") == "tiny"
+        [event] = [e for e in await store.list_audit() if e.actor == "bob"]
+        assert (event.action, event.target, event.detail) == (
+            "replicas.restart", f"replica:{new}", {"in_place": False, "model": "tiny"})
     finally:
         await agent.stop()
         await plane.stop()

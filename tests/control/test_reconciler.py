@@ -394,6 +394,66 @@ async def test_restart_in_place_stops_then_starts():
     assert again.shard_id != first.shard_id
 
 
+async def test_restart_replica_replaces_that_one_and_leaves_the_others():
+    h = Harness([model("qwen", scaling={"min": 2, "max": 2})])
+    h.connect(register("node-a"))
+    h.connect(register("node-b"))
+    first = sorted(m.shard_id for _, m in await h.start_ready())
+    target, other = first
+    assert h.rec.restart_replica(target) == "qwen"
+    await h.tick()
+    [(node_id, replacement)] = h.agents.starts()
+    assert replacement.shard_id not in first and h.agents.stops() == []
+    h.status(node_id, replacement.shard_id, "ready", port=h.port_for(replacement))
+    await h.tick()
+    [(stop_node, stop)] = h.agents.stops()
+    assert stop.shard_id == target
+    h.status(stop_node, target, "stopped")
+    await h.tick(5)
+    assert h.agents.starts() == [] and h.agents.stops() == []  # the other one is not touched
+    assert sorted(r.id for r in h.replicas.replicas_for("qwen")) == sorted([other, replacement.shard_id])
+
+
+async def test_restart_replica_in_place_stops_it_then_starts_a_new_one():
+    h = Harness([model("qwen", scaling={"min": 2, "max": 2})])
+    h.connect(register("node-a"))
+    h.connect(register("node-b"))
+    first = sorted(m.shard_id for _, m in await h.start_ready())
+    target, other = first
+    h.rec.restart_replica(target, in_place=True)
+    await h.tick()
+    [(stop_node, stop)] = h.agents.stops()
+    assert stop.shard_id == target and h.agents.starts() == []
+    h.status(stop_node, target, "stopped")
+    await h.tick()
+    [(_, again)] = h.agents.starts()
+    assert again.shard_id not in first
+    assert [r.id for r in h.replicas.replicas_for("qwen")] == [other]  # still serving meanwhile
+
+
+async def test_restart_replica_refuses_an_unknown_one_and_a_restart_under_way_the_other_way():
+    h = Harness([model("qwen", scaling={"min": 2, "max": 2})])
+    h.connect(register("node-a"))
+    h.connect(register("node-b"))
+    first = sorted(m.shard_id for _, m in await h.start_ready())
+    with pytest.raises(KeyError):
+        h.rec.restart_replica("qwen-nope")
+    h.rec.restart("qwen")
+    with pytest.raises(ValueError, match="qwen's replicas are already being restarted each with a replacement "
+                                         "first .*: restart .* the same way, or once that restart has ended"):
+        h.rec.restart_replica(first[0], in_place=True)
+    assert h.rec.restart_replica(first[0]) == "qwen"  # the same way: already on the list, not twice
+    assert sorted(h.rec.models["qwen"].restarting) == first
+    await h.tick()
+    [(node_id, replacement)] = h.agents.starts()
+    h.status(node_id, replacement.shard_id, "ready", port=h.port_for(replacement))
+    await h.tick()
+    [(stop_node, stop)] = h.agents.stops()
+    h.status(stop_node, stop.shard_id, "stopped")
+    with pytest.raises(KeyError):  # gone
+        h.rec.restart_replica(stop.shard_id)
+
+
 async def test_labels_from_the_operator_win_and_a_busy_node_is_not_removed():
     h = Harness([model("qwen", profiles=[{"name": "d", "node_selector": {"llmgw.io/rack": "r9"}}])])
     h.connect(register("node-a", labels={"llmgw.io/rack": "r1"}))

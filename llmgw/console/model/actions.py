@@ -71,6 +71,10 @@ class Actions:
     async def restart(self, name: str, in_place: bool) -> dict[str, Any]:
         return await self._call(("replicas",), "POST", f"/models/{quote(name)}/restart", {"in_place": in_place})
 
+    async def restart_replica(self, replica: str, in_place: bool) -> dict[str, Any]:
+        return await self._call(("replicas", "jobs"), "POST", f"/replicas/{quote(replica)}/restart",
+                                {"in_place": in_place})
+
     async def remove_model(self, name: str) -> dict[str, Any]:
         return await self._call(("models", "replicas", "nodes"), "DELETE", f"/models/{quote(name)}")
 

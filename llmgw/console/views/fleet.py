@@ -179,8 +179,11 @@ class ReplicasView(TableView):
         r = self._replica(row.key)
         if r is None:
             return []
-        return [("Details", lambda: self.app.show(f"Replica {r['id']}", replica_lines(r))),
-                (f"Restart {r['model']}'s replicas…", lambda: restart_form(self.app, r["model"]))]
+        actions: list[Action] = [("Details", lambda: self.app.show(f"Replica {r['id']}", replica_lines(r)))]
+        if r["state"] != "stopping":
+            actions.append(("Restart it…", lambda: replica_restart_form(self.app, r["id"])))
+        actions.append((f"Restart {r['model']}'s replicas…", lambda: restart_form(self.app, r["model"])))
+        return actions
 
 
 def replica_lines(r: dict[str, Any]) -> list[str]:
@@ -193,7 +196,14 @@ def replica_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"stopping: {r['stopping_because']}")
     if r.get("message"):
         lines.append(f"its agent said: {r['message']}")
-    lines.append("One replica is not restarted alone through the admin API; its model's replicas are, one at a time.")
+    return lines
+
+
+def restart_lines(result: dict[str, Any]) -> list[str]:
+    """What a restart's answer says: the replicas it restarts, and the job following it."""
+    lines = [f"{result['model']}: restarting {', '.join(result['replicas']) or 'nothing (no replica runs)'}"]
+    if result.get("job"):
+        lines.append(f"job {result['job']} follows it: Jobs shows its steps (`llmgw ctl jobs {result['job']}`)")
     return lines
 
 
@@ -202,9 +212,18 @@ def restart_form(app: Any, model: str) -> None:
              [ChoiceField("in_place", "How", ["a replacement first, then the old one stops",
                                               "in place: stop and start each where it is"], values=[False, True])],
              lambda v: app.actions.restart(model, v["in_place"]),
-             done=lambda r: app.show("Restarting", [(f"{r['model']}: restarting "
-                                                    f"{', '.join(r['replicas']) or 'nothing (no replica runs)'}")]),
+             done=lambda r: app.show("Restarting", restart_lines(r)),
              intro=["One at a time. `llmgw ctl model restart` does the same."], apply_label="Restart")
+
+
+def replica_restart_form(app: Any, replica_id: str) -> None:
+    app.form(f"Restart {replica_id}",
+             [ChoiceField("in_place", "How", ["a replacement first, then this one stops",
+                                              "in place: stop it, then start a new one"], values=[False, True])],
+             lambda v: app.actions.restart_replica(replica_id, v["in_place"]),
+             done=lambda r: app.show("Restarting", restart_lines(r)),
+             intro=["Its model's other replicas are not touched. `llmgw ctl replica restart` does the same."],
+             apply_label="Restart")
 
 
 class LogsView(View):
