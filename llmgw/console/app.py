@@ -272,11 +272,11 @@ class ConsoleApp:
         self.body.original_widget = widget
         self.update_lines()
 
-    def show(self, title: str, lines: Sequence[Any], *, attr: str = "dialog") -> Message:
-        """A message over the panel; Enter closes it."""
+    def show(self, title: str, lines: Sequence[Any], *, attr: str = "dialog", at_end: bool = False) -> Message:
+        """A message over the panel; Enter closes it. `at_end`: scrolled to its last line (a log)."""
         rows = max(3, (self.size[1] if len(self.size) > 1 else 40) - 12)
         dialog: Message
-        dialog = Message(title, lines, lambda: self.close(dialog), attr=attr, max_rows=rows)
+        dialog = Message(title, lines, lambda: self.close(dialog), attr=attr, max_rows=rows, at_end=at_end)
         self._push(dialog)
         return dialog
 

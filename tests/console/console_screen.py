@@ -53,3 +53,14 @@ async def choose(app: ConsoleApp, label: str) -> None:
 async def row(app: ConsoleApp, key) -> None:
     """Put the focus on the row whose key is `key`."""
     assert app.view.table.focus_key(key), key
+
+
+def attr_of(app: ConsoleApp, words: str, size: tuple[int, int] = SIZE) -> object:
+    """The palette entry the screen draws `words` with (the first row holding them); inside a dialog, the
+    line's own (the innermost of the layers urwid stacks over the dialog's)."""
+    app.update_lines()
+    for row in app.widget.render(size, focus=True).content():
+        for attr, _, text in row:
+            if words.encode() in text:
+                return attr.layers[0] if hasattr(attr, "layers") else attr
+    raise AssertionError(f"{words!r} is not on the screen:\n{screen(app, size)}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console_screen import choose, keys, open_view, row, screen, type_in
+from console_screen import attr_of, choose, keys, open_view, row, screen, type_in
 
 
 def bottom(app) -> str:
@@ -292,3 +292,16 @@ async def test_class_of_a_model_from_server_yaml_says_where_to_change_it(app, li
     await choose(app, "Class")
     text = screen(app)
     assert "Declared in server.yaml" in text and "qwen-small is declared in server.yaml: change its class there" in text
+
+
+async def test_a_replicas_engine_log_opens_at_its_newest_line_with_errors_coloured(app, live):
+    lines = [f"INFO 11-29 loading shard {i}" for i in range(60)] + ["ERROR 11-29 CUDA out of memory"]
+    live.cluster.logs[("gpu-a-01", "qwen-small-0001")] = lines
+    await open_view(app, "Replicas")
+    await keys(app, "enter")
+    await choose(app, "Its engine log")
+    text = screen(app)
+    assert "qwen-small-0001's engine log on gpu-a-01, newest last" in text
+    assert "ERROR 11-29 CUDA out of memory" in text  # scrolled to the end
+    assert "loading shard 0\n" not in text + "\n"
+    assert attr_of(app, "CUDA out of memory") == "error"

@@ -6,7 +6,7 @@ import asyncio
 
 import attrs
 import pytest
-from console_screen import SIZE, keys, open_view, screen
+from console_screen import attr_of, keys, open_view, screen
 
 from llmgw.admin.testing import FakeCluster, LiveAdmin, gpu_node
 from llmgw.console.app import ConsoleApp
@@ -38,16 +38,6 @@ async def app(live):
     yield console
     await console.settle()
     await console.api.close()
-
-
-def attr_of(app: ConsoleApp, words: str) -> object:
-    """The palette entry the screen draws `words` with (the first row holding them)."""
-    app.update_lines()
-    for row in app.widget.render(SIZE, focus=True).content():
-        for attr, _, text in row:
-            if words.encode() in text:
-                return attr
-    raise AssertionError(f"{words!r} is not on the screen:\n{screen(app)}")
 
 
 async def test_the_nodes_are_listed_and_enter_shows_one_agent_log_newest_at_the_bottom(app):

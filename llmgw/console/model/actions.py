@@ -15,12 +15,14 @@ from typing import Any
 
 from llmgw.cli.ctl_client import quote
 from llmgw.console.model.api import AdminApi, AdminError
-from llmgw.console.model.watched import ConsoleModel
+from llmgw.console.model.watched import LOG_LINES, ConsoleModel
 
 __all__ = ["Actions", "read_model_definition"]
 
 #: Seconds Back up now waits for the archive (the store is copied and compressed meanwhile).
 BACKUP_TIMEOUT = 1800.0
+#: Lines of a replica's engine log shown at once: as many as the Logs view reads of an agent's.
+ENGINE_LOG_LINES = LOG_LINES
 
 
 class Actions:
@@ -176,6 +178,10 @@ class Actions:
 
     async def unset_setting(self, key: str) -> dict[str, Any]:
         return await self._call(("settings", "server-config"), "DELETE", f"/settings/{quote(key)}")
+
+    async def engine_log(self, node: str, replica: str) -> dict[str, Any]:
+        """The last lines of one replica's engine log, read by the leader from the node's agent."""
+        return await self.api.get(f"/nodes/{quote(node)}/logs", replica=replica, lines=ENGINE_LOG_LINES)
 
     async def notify_test(self) -> dict[str, Any]:
         """A test event to every sink of server.yaml's notify section; how each answered."""

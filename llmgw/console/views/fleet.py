@@ -179,11 +179,21 @@ class ReplicasView(TableView):
         r = self._replica(row.key)
         if r is None:
             return []
-        actions: list[Action] = [("Details", lambda: self.app.show(f"Replica {r['id']}", replica_lines(r)))]
+        actions: list[Action] = [("Details", lambda: self.app.show(f"Replica {r['id']}", replica_lines(r))),
+                                 ("Its engine log", lambda: self.engine_log(r))]
         if r["state"] != "stopping":
             actions.append(("Restart it…", lambda: replica_restart_form(self.app, r["id"])))
         actions.append((f"Restart {r['model']}'s replicas…", lambda: restart_form(self.app, r["model"])))
         return actions
+
+
+    def engine_log(self, r: dict[str, Any]) -> None:
+        def shown(data: dict[str, Any]) -> None:
+            lines = [(LogsView.LEVEL_ATTRS.get(line["level"]), line["text"]) for line in data["lines"]]
+            lines = [(attr, text) if attr else text for attr, text in lines] or [("dim", "(nothing written yet)")]
+            self.app.show(f"{r['id']}'s engine log on {r['node']}, newest last", lines, at_end=True)
+
+        self.app.run(self.actions.engine_log(r["node"], r["id"]), shown, busy="reading…")
 
 
 def replica_lines(r: dict[str, Any]) -> list[str]:

@@ -32,11 +32,15 @@ class Dialog(urwid.WidgetWrap):
         return True  # a dialog takes every key, even one with nothing in it to choose
 
 
-def _lines(lines: Sequence[str | tuple[str, str]], max_rows: int) -> urwid.Widget:
+def _lines(lines: Sequence[str | tuple[str, str]], max_rows: int, *, at_end: bool = False) -> urwid.Widget:
     texts = [urwid.Text(line) for line in lines] or [urwid.Text("")]
     if len(texts) <= max_rows:
         return urwid.Pile(texts)
-    return urwid.BoxAdapter(urwid.ListBox(urwid.SimpleFocusListWalker(texts)), max_rows)
+    box = urwid.ListBox(urwid.SimpleFocusListWalker(texts))
+    if at_end:  # a log: the newest line, at the bottom, is what is read first
+        box.set_focus(len(texts) - 1)
+        box.set_focus_valign("bottom")
+    return urwid.BoxAdapter(box, max_rows)
 
 
 class Message(Dialog):
@@ -45,9 +49,9 @@ class Message(Dialog):
     hints = "Enter/Esc close  ↑↓ PgUp/PgDn scroll"
 
     def __init__(self, title: str, lines: Sequence[str | tuple[str, str]], on_close: Callable[[], None], *,
-                 attr: str = "dialog", max_rows: int = MAX_ROWS) -> None:
+                 attr: str = "dialog", max_rows: int = MAX_ROWS, at_end: bool = False) -> None:
         self.on_close = on_close
-        self.body = _lines(lines, max_rows)
+        self.body = _lines(lines, max_rows, at_end=at_end)
         super().__init__(title, [self.body, urwid.Divider(), urwid.AttrMap(urwid.Text("Enter closes"), "dim")],
                          attr=attr)
 
