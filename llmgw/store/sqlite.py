@@ -172,6 +172,23 @@ def _create_private(path: str) -> None:
 
 
 async def _connect(target: str, *, memory: bool) -> aiosqlite.Connection:
+    """A connection set up as the store needs it. Several processes opening a new file at once can find it
+    locked while one of them puts it in WAL mode, a step SQLite does not wait on by itself: tried again,
+    within the busy timeout."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.01
+    while True:
+        try:
+            return await _connect_once(target, memory=memory)
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or loop.time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
+async def _connect_once(target: str, *, memory: bool) -> aiosqlite.Connection:
     conn = await aiosqlite.connect(target, isolation_level=None)
     try:
         conn.row_factory = sqlite3.Row

@@ -153,3 +153,15 @@ def test_migrations_load_from_a_zipapp(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     versions = [m.version for m in load_migrations("sqlite")]
     assert done.stdout.splitlines() == [f"{versions} {len(versions)}", f"{versions[-1]} Acme"]
+
+
+async def test_many_opening_a_new_sqlite_file_at_once_all_get_it(tmp_path) -> None:
+    # One of them puts the new file in WAL mode, a step SQLite does not wait on: the others try again.
+    for round_ in range(20):
+        dsn = f"sqlite:///{tmp_path}/store-{round_}.db"
+        stores = await asyncio.gather(*(open_store(dsn) for _ in range(6)), return_exceptions=True)
+        refused = [s for s in stores if isinstance(s, BaseException)]
+        for s in stores:
+            if not isinstance(s, BaseException):
+                await s.close()
+        assert not refused, refused[0]
