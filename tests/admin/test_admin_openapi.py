@@ -126,3 +126,13 @@ def test_schemathesis_finds_no_server_error(tmp_path):
             except Exception as exc:  # noqa: BLE001 - every operation is tried; failures listed at the end
                 failures.append(f"{operation.label}: {exc}")
     assert not failures, "\n".join(failures[:20])
+
+
+def test_the_admin_api_page_names_every_endpoint():
+    from pathlib import Path
+
+    from llmgw.admin.routes import ROUTES
+
+    page = (Path(__file__).parents[2] / "docs" / "admin-api.md").read_text(encoding="utf-8")
+    missing = [f"{r.method} {r.path}" for r in ROUTES if r.path not in page]
+    assert not missing, f"docs/admin-api.md does not describe: {', '.join(missing)}"
