@@ -87,7 +87,9 @@ async def setting_history(call: Call) -> SettingHistory:
     key = call.query.key
     if key is not None:
         spec_of(key)
-    changes = await call.store.setting_history(key, limit=_page(call.query.limit))
+    # Only the cluster settings: the store keeps internal values (quotas, cordons, parked models) beside them.
+    changes = await call.store.setting_history(key, keys=None if key is not None else REGISTRY,
+                                               limit=_page(call.query.limit))
     return SettingHistory(changes=[
         SettingChangeInfo(id=c.id, key=c.key, value=c.value, removed=c.removed, version=c.version,
                           at=c.at, actor=c.actor)

@@ -203,6 +203,7 @@ class AgentEvents(_Base):
             st.parked = True
             cm = self.catalog.get(rec.model)
             st.parked_for = model_to_spec(cm.config) if cm is not None else None
+            st.parked_at = self.wall_clock()
             st.park_reason = (f"parked after {st.failures} failed starts in a row; the last, on {rec.node}: "
                               f"{message}")
             logs.event(log, "model parked", logging.ERROR, model=rec.model, reason=st.park_reason)

@@ -18,7 +18,10 @@ model that has no replica, an operator's cordon or drain), one pass:
 
 A start that fails backs the model off (backoff.initial, doubling up to
 backoff.max); after `park_after` failures in a row the model is parked: left
-stopped, with the reason in `explain`, until `retry(model)`.
+stopped, with the reason in `explain`, until `retry(model)` or its definition
+changes. The parked models are kept in the store (llmgw/control/parked.py):
+read back before the first pass of a new leader places anything, written
+when they change.
 
 Only ready replicas are in the router's replica set: each is added when its
 shard reports ready and removed when it stops, fails, is drained, or its
@@ -41,6 +44,7 @@ from llmgw.control.catalog import Catalog, CatalogModel, model_to_spec
 from llmgw.control.engine_keys import EngineKeys
 from llmgw.control.inventory import Inventory, Node
 from llmgw.control.jobs import ReconcilerObserver
+from llmgw.control.parked import ParkedRecord, normalized
 from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, place
 from llmgw.control.quotas import QuotaReader, Quotas
 from llmgw.control.state import (
@@ -124,6 +128,8 @@ class Reconciler(AgentEvents):
         self._quota_reader = QuotaReader(clock)
         #: models that had replicas stopped to make room: placed first at the next pass, so the room is theirs
         self._reclaiming: set[str] = set()
+        #: the parked models as the store keeps them (read back when leading begins, written when they change)
+        self.parked_record = ParkedRecord()
 
     # ---------------------------------------------------------------- running
 
@@ -171,6 +177,7 @@ class Reconciler(AgentEvents):
                 except Exception as exc:  # noqa: BLE001 - the store is down: carry on with what is known
                     log.warning("catalog not re-read: %s", exc)
             await self._read_quotas()
+            await self.load_parked()
             self._expire_nodes()
             self._expire_stuck()
             known = {m.name for m in self.catalog.cluster_models()}
@@ -185,6 +192,7 @@ class Reconciler(AgentEvents):
                 self._plan(model)
             await self._send()
             self._settle_waiters()
+            await self.save_parked()
             self.observer.pass_ended(self)
 
     # ---------------------------------------------------------------- operators' and the router's asks
@@ -311,8 +319,40 @@ class Reconciler(AgentEvents):
         for st in self.models.values():
             st.wake_waiters(ModelUnavailable(reason))
         self.models.clear()
+        self.parked_record.forget()
         self.inventory.clear()
         self.observer.reset(reason)
+
+    # ---------------------------------------------------------------- parked models in the store
+
+    async def load_parked(self) -> None:
+        """Park again the models the store says were parked (by this leader before a restart, or another),
+        once per leadership and before anything is placed; a model whose definition changed since, or that
+        left the catalog, stays unparked. A store that cannot be read is read again at the next pass."""
+        store = self.catalog.store
+        if store is None or self.parked_record.loaded:
+            return
+        entries = await self.parked_record.read(store)
+        for name, entry in (entries or {}).items():
+            cm = self.catalog.get(name)
+            if cm is None or not cm.runs_on_cluster:
+                continue
+            spec = model_to_spec(cm.config)
+            if normalized(spec) != entry.get("spec"):
+                logs.event(log, "model not parked again: its definition changed since", model=cm.name)
+                continue
+            st = self._state(cm.name)
+            if not st.parked:
+                self.parked_record.entry_state(st, entry, spec)
+                logs.event(log, "model parked, as the store keeps it", model=cm.name, reason=st.park_reason)
+
+    async def save_parked(self) -> None:
+        """Write the parked models to the store when they changed (on the leader only); a store error is logged
+        and the next pass writes again."""
+        store = self.catalog.store
+        if store is not None and self.active:
+            await self.parked_record.write(store, {n: st for n, st in self.models.items()
+                                                   if self.catalog.get(n) is not None})
 
     # ---------------------------------------------------------------- one pass
 

@@ -415,6 +415,7 @@ class ControlPlane:
 
     async def retry(self, model: str, *, actor: str, audit: bool = True) -> None:
         self._rec().retry(model)
+        await self._rec().save_parked()  # at once: a leader that follows must not park it again
         self._job(model, "retry", actor)
         if audit:
             await self.store.append_audit(actor, "models.retry", f"model:{model}")

@@ -81,6 +81,7 @@ class ModelState:
     parked: bool = False
     park_reason: str = ""
     parked_for: Any = None  #: the model's definition when it was parked: a change unparks it
+    parked_at: float = 0.0  #: wall-clock time it was parked
     last_error: str = ""
     last_log_tail: tuple[str, ...] = ()
     decision: Decision | None = None  #: the last placement asked for a new replica

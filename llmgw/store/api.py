@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .client_data import (
@@ -373,8 +373,9 @@ class Store(abc.ABC):
         """Remove a setting (recorded in the history); False when it was not set."""
 
     @abc.abstractmethod
-    async def setting_history(self, key: str | None = None, *, limit: int = 100) -> list[SettingChange]:
-        """Changes, newest first, of one key or of all."""
+    async def setting_history(self, key: str | None = None, *, keys: Collection[str] | None = None,
+                              limit: int = 100) -> list[SettingChange]:
+        """Changes, newest first, of one key, of those in `keys`, or of all."""
 
     # ---- leases ------------------------------------------------------------
 

@@ -4,7 +4,7 @@ implementation both backends use."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from . import validate as v
@@ -326,12 +326,19 @@ class SQLOps(SQLStoreBase):
             key, text, text is None, version, self._t(at), actor,
         )
 
-    async def setting_history(self, key: str | None = None, *, limit: int = 100) -> list[SettingChange]:
+    async def setting_history(self, key: str | None = None, *, keys: Collection[str] | None = None,
+                              limit: int = 100) -> list[SettingChange]:
         args: list[Any] = []
         cond = ""
         if key is not None:
             cond = " WHERE key = ?"
             args.append(v.check_setting_key(key))
+        elif keys is not None:
+            wanted = sorted({v.check_setting_key(k) for k in keys})
+            if not wanted:
+                return []
+            cond = f" WHERE key IN ({', '.join(['?'] * len(wanted))})"
+            args.extend(wanted)
         args.append(v.check_limit(limit))
         sql = f"SELECT {SETTING_CHANGE_COLS} FROM settings_history{cond} ORDER BY id DESC LIMIT ?"
 

@@ -102,3 +102,18 @@ async def test_a_value_stored_past_the_checks_is_shown_with_why_it_is_not_used(m
     s = await admin.call("GET", "/settings/admission.default_band")
     assert (s["value"], s["source"], s["version"]) == ("silver", "file", 1)
     assert "expected one of gold, silver, bronze, got 'platinum'" in s["problem"]
+
+
+async def test_the_control_planes_own_keys_are_not_cluster_settings(make_admin, store, caplog):
+    # The leader keeps its parked models under a reserved key (llmgw.control.parked): not a setting.
+    from llmgw.control.parked import PARKED_SETTING
+
+    admin = await make_admin(None)
+    await store.set_setting(PARKED_SETTING, {"qwen": {"reason": "parked", "spec": {}, "failures": 5}},
+                            actor="control-plane")
+    listed = [s["key"] for s in (await admin.call("GET", "/settings"))["settings"]]
+    assert PARKED_SETTING not in listed and set(listed) == set(REGISTRY)
+    assert PARKED_SETTING not in [c["key"] for c in (await admin.call("GET", "/settings/history"))["changes"]]
+    error = await admin.refused("GET", f"/settings/{PARKED_SETTING}", status=400)
+    assert error.startswith(f"unknown setting '{PARKED_SETTING}'")
+    assert not [r for r in caplog.records if "cannot be used" in r.getMessage()]

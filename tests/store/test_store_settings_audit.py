@@ -87,3 +87,13 @@ async def test_audit_filters(store: Store, clock: FakeClock) -> None:
         await store.append_audit("a", "b", "c", ["not", "a", "map"])  # type: ignore[arg-type]
     with pytest.raises(Invalid, match="actor"):
         await store.append_audit("", "b", "c")
+
+
+async def test_history_of_a_set_of_keys_leaves_the_others_out(store) -> None:
+    for i in range(3):
+        await store.set_setting("control.parked", {"m": i}, actor="control-plane")
+    await store.set_setting("router.retries.attempts", 2, actor="ann")
+    await store.set_setting("control.parked", {}, actor="control-plane")
+    changes = await store.setting_history(keys={"router.retries.attempts", "admission.max_wait"}, limit=1)
+    assert [(c.key, c.value) for c in changes] == [("router.retries.attempts", 2)]
+    assert await store.setting_history(keys=(), limit=5) == []
