@@ -105,7 +105,7 @@ class AdminClient:
                 body: Any = None) -> Any:
         """The answer (JSON decoded, or text for CSV); CtlError for a refusal or an unreachable server."""
         url = self.url + PREFIX + path
-        given = {k: _text(v) for k, v in (query or {}).items() if v is not None}
+        given = {k: query_text(v) for k, v in (query or {}).items() if v is not None}
         if given:
             url += "?" + urllib.parse.urlencode(given)
         headers = {"Authorization": f"Bearer {self.token}", "X-Llmgw-Actor": self.actor, "X-Llmgw-Via": self.via,
@@ -117,9 +117,9 @@ class AdminClient:
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return _decode(resp.read(), resp.headers.get_content_type())
+                return decode_body(resp.read(), resp.headers.get_content_type())
         except urllib.error.HTTPError as exc:
-            answer = _decode(exc.read(), exc.headers.get_content_type() if exc.headers else "")
+            answer = decode_body(exc.read(), exc.headers.get_content_type() if exc.headers else "")
             message = answer.get("error") if isinstance(answer, dict) else None
             raise CtlError(message or f"{exc.code} {exc.reason}", 2 if exc.code < 500 else 1) from None
         except (urllib.error.URLError, OSError) as exc:
@@ -134,13 +134,15 @@ class AdminClient:
         return self.request("POST", path, query=query, body=body)
 
 
-def _text(value: Any) -> str:
+def query_text(value: Any) -> str:
+    """A query parameter as the admin API reads it: booleans as true/false."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-def _decode(raw: bytes, content_type: str) -> Any:
+def decode_body(raw: bytes, content_type: str) -> Any:
+    """An answer's body: JSON when it says so and is, else its text."""
     text = raw.decode("utf-8", errors="replace")
     if content_type == "application/json":
         try:

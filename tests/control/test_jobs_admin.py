@@ -3,6 +3,9 @@ a standby refuses."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import pytest
 
 from llmgw.admin.cluster_api import ClusterConflict, ClusterNotFound, ClusterUnavailable
@@ -17,25 +20,38 @@ from .conftest import ENGINES
 from .test_service import FakeAgent, server_config, until
 
 
-async def test_a_scale_through_the_admin_api_is_a_job_followed_to_done(tmp_path):
+@contextlib.asynccontextmanager
+async def leading_plane(tmp_path, agent_class) -> AsyncIterator[tuple[ControlPlane, AdminCluster, ReplicaSet]]:
+    """A control plane leading on its own store, the admin API's view of it, and an agent with a ready
+    replica of `tiny`; all stopped afterwards."""
     store = await open_store(f"sqlite:///{tmp_path}/store.db")
     slot = ControlPlaneSlot()
-    cluster = AdminCluster(slot)
     replicas = ReplicaSet()
     plane = ControlPlane(server_config(), store, replicas, engines=ENGINES, holder="cp-1")
-    agent = FakeAgent([f"127.0.0.1:{plane.config.agent_listen.rsplit(':', 1)[1]}"])
+    agent = agent_class([f"127.0.0.1:{plane.config.agent_listen.rsplit(':', 1)[1]}"])
     try:
         await plane.start()
         slot.plane = plane
         assert await plane.leadership.wait_leading(3)
         agent.start()
         await until(lambda: replicas.replicas_for("tiny"), what="a ready replica")
+        yield plane, AdminCluster(slot), replicas
+    finally:
+        await agent.stop()
+        await plane.stop()
+        await store.close()
+
+
+async def test_a_scale_through_the_admin_api_is_a_job_followed_to_done(tmp_path):
+    async with leading_plane(tmp_path, FakeAgent) as (plane, cluster, replicas):
         await until(lambda: plane.jobs.select(state="done"), what="the first start's job to end")
         [boot] = await cluster.jobs(state=None, model=None)
         assert (boot.kind, boot.by, boot.model, boot.state) == ("start", "control-plane", "tiny", "done")
 
-        await cluster.add_model({"name": "more", "engine": "sim", "profiles": [{"name": "d"}],
-                                 "scaling": {"min": 0, "max": 2}}, replace=False, actor="ann")
+        added = await cluster.add_model({"name": "more", "engine": "sim", "profiles": [{"name": "d"}],
+                                         "scaling": {"min": 0, "max": 2}}, replace=False, actor="ann")
+        # The add's job ends at the next pass's end; a scale before that would be what it measures.
+        await until(lambda: plane.jobs.get(added.job).state == "done", what="the add's job to end")
         detail = await cluster.scale_model("more", ScaleChange(min=2), actor="ann")
         job_id = detail.job
         assert job_id is not None
@@ -63,10 +79,6 @@ async def test_a_scale_through_the_admin_api_is_a_job_followed_to_done(tmp_path)
         await until(lambda: not plane.leading, what="leadership to go")
         with pytest.raises(ClusterUnavailable, match="standby"):
             await cluster.jobs(state=None, model=None)
-    finally:
-        await agent.stop()
-        await plane.stop()
-        await store.close()
 
 
 class StoppingAgent(FakeAgent):
@@ -87,18 +99,7 @@ class StoppingAgent(FakeAgent):
 
 
 async def test_one_replica_restarted_through_the_admin_api_is_a_restart_job_followed_to_done(tmp_path):
-    store = await open_store(f"sqlite:///{tmp_path}/store.db")
-    slot = ControlPlaneSlot()
-    cluster = AdminCluster(slot)
-    replicas = ReplicaSet()
-    plane = ControlPlane(server_config(), store, replicas, engines=ENGINES, holder="cp-1")
-    agent = StoppingAgent([f"127.0.0.1:{plane.config.agent_listen.rsplit(':', 1)[1]}"])
-    try:
-        await plane.start()
-        slot.plane = plane
-        assert await plane.leadership.wait_leading(3)
-        agent.start()
-        await until(lambda: replicas.replicas_for("tiny"), what="a ready replica")
+    async with leading_plane(tmp_path, StoppingAgent) as (plane, cluster, replicas):
         [old] = [r.id for r in replicas.replicas_for("tiny")]
 
         result = await cluster.restart_replica(old, in_place=False, actor="ann")
@@ -119,13 +120,9 @@ async def test_one_replica_restarted_through_the_admin_api_is_a_restart_job_foll
         with pytest.raises(ClusterConflict, match="tiny's replicas are already being restarted"):
             await cluster.restart_replica(new, in_place=True, actor="ann")
         # The admin API records the audit events: the control plane wrote none.
-        assert [e for e in await store.list_audit() if e.actor == "ann"] == []
+        assert [e for e in await plane.store.list_audit() if e.actor == "ann"] == []
         # Called by itself (not for the admin API), the control plane records its own.
         assert await plane.restart_replica(new, actor="bob") == "tiny"
-        [event] = [e for e in await store.list_audit() if e.actor == "bob"]
+        [event] = [e for e in await plane.store.list_audit() if e.actor == "bob"]
         assert (event.action, event.target, event.detail) == (
             "replicas.restart", f"replica:{new}", {"in_place": False, "model": "tiny"})
-    finally:
-        await agent.stop()
-        await plane.stop()
-        await store.close()

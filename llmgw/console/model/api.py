@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from llmgw.cli.ctl_client import PREFIX, AdminClient, CtlError
+from llmgw.cli.ctl_client import PREFIX, AdminClient, CtlError, decode_body, query_text
 
 __all__ = ["AdminApi", "AdminError", "admin_token_found"]
 
@@ -79,7 +79,7 @@ class AdminApi:
         `timeout` replaces the client's own for this call (a backup takes longer than a read)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
-        params = {k: _query_text(v) for k, v in (query or {}).items() if v is not None}
+        params = {k: query_text(v) for k, v in (query or {}).items() if v is not None}
         headers = self._headers()
         data = None
         if method != "GET":
@@ -90,7 +90,7 @@ class AdminApi:
             async with self._session.request(method, self.url + PREFIX + path, params=params, data=data,
                                              headers=headers, **extra) as resp:
                 raw = await resp.read()
-                answer = _decode(raw, resp.content_type)
+                answer = decode_body(raw, resp.content_type)
                 if resp.status >= 400:
                     message = answer.get("error") if isinstance(answer, dict) else None
                     raise AdminError(message or f"{resp.status} {resp.reason}", resp.status)
@@ -113,22 +113,6 @@ class AdminApi:
 
     async def delete(self, path: str, **query: Any) -> Any:
         return await self.request("DELETE", path, query=query)
-
-
-def _query_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _decode(raw: bytes, content_type: str) -> Any:
-    text = raw.decode("utf-8", errors="replace")
-    if content_type == "application/json":
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
 
 
 def _reason(exc: BaseException) -> str:
