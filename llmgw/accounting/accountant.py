@@ -55,7 +55,7 @@ class Accountant:
     """Implements ``AccountantProtocol`` for one gateway process.
 
     Built from a ServerConfig (``auth.default_rpm/tpm``, ``accounting.*``,
-    ``prices``, ``models[].price``) and a store. ``budget_refresh`` is how
+    ``prices``, ``models[].price``) and a store. ``journal_dir`` is where the usage journal is kept (None: no journal). ``budget_refresh`` is how
     often (seconds) a budget's spend is read again from the store to take in
     other processes' requests. ``clock`` (aware datetimes) and
     ``monotonic`` are for tests.
@@ -67,6 +67,7 @@ class Accountant:
         store: Store,
         *,
         budget_refresh: float = 30.0,
+        journal_dir: str | None = None,
         clock: Callable[[], dt.datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -86,7 +87,10 @@ class Accountant:
             buffer_size=acc.buffer_size,
             retention=acc.usage_retention,
             clock=clock,
+            journal_dir=journal_dir,
         )
+        # Budgets count the rows not yet in the store (buffered, or journaled while it fails) too.
+        self.budgets.pending = self.usage.pending_spend
 
     async def start(self) -> None:
         await self.usage.start()
@@ -176,5 +180,8 @@ class Accountant:
 
 
 def make_accountant(config, store: Store) -> Accountant:
-    """The accountant ``llmgw server`` uses (it looks this factory up by name)."""
-    return Accountant(config, store)
+    """The accountant ``llmgw server`` uses (it looks this factory up by name); its usage journal is in
+    the server's state folder (beside a SQLite store)."""
+    from llmgw.store.state_dir import state_dir
+
+    return Accountant(config, store, journal_dir=state_dir(config.store.dsn.reveal()))

@@ -5,7 +5,9 @@ once (``spend_since``), then kept in memory: every settled request adds its
 cost at once, and the store is read again every ``refresh_interval`` seconds
 to take in what other gateway processes spent (the larger of the two
 counts is kept, so nothing this process charged and has not written yet is
-forgotten).
+forgotten). What the store has is added to the cost of the rows not yet in
+it (``pending``: buffered, or in the usage journal while the store fails),
+so a restart with a journal still to write keeps the spend it had.
 
 Admission holds each request's worst case (its prompt and ``max_tokens``
 at the model's price) on every budgeted level until it is settled, and
@@ -123,6 +125,8 @@ class BudgetBook:
         #: told when a budget is spent (llmgw.notify: the notifier's emit); None tells no one
         self.notify: Callable[[Any], object] | None = None
         self._told: dict[tuple[str, str, str], dt.datetime] = {}  # (kind, id, period) -> period start told
+        #: the cost of rows not yet in the store for (kind, id, start, end): the usage writer's pending_spend
+        self.pending: Callable[[str, str, dt.datetime, dt.datetime], int] | None = None
 
     # ---- reading -------------------------------------------------------------
 
@@ -157,6 +161,8 @@ class BudgetBook:
     async def _read(self, st: BudgetState) -> None:
         try:
             value = await self.store.spend_since(st.scope_kind, st.scope_id, st.start)
+            if self.pending is not None:
+                value += self.pending(st.scope_kind, st.scope_id, st.start, st.end)
             st.spent = max(st.spent, value)
             st.fresh = True
         except StoreError as exc:

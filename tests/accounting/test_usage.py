@@ -114,15 +114,20 @@ async def test_a_batch_retried_after_a_lost_reply_is_not_counted_twice(
     assert await sqlite_store.spend_since("key", "key-1", clock.now - dt.timedelta(hours=1)) == 50 * 7
 
 
-async def test_a_malformed_row_is_left_out_and_the_rest_written(sqlite_store: Store, clock: FakeClock) -> None:
+async def test_a_malformed_row_is_cleaned_and_written(sqlite_store: Store, clock: FakeClock) -> None:
     writer = UsageWriter(sqlite_store, batch_size=10)
     good = rows(5, clock.now)
-    bad = UsageRow(request_id="req-bad", at=clock.now, prompt_tokens=-1)
-    for row in (*good[:2], bad, *good[2:], good[0]):  # and one request id twice
+    bad = UsageRow(request_id="req-bad", at=clock.now, prompt_tokens=-1, client_user="a\x00b\ud800",
+                   model_requested="m\n" * 500, tags=("ok", "t\x07"))
+    for row in (*good[:2], bad, *good[2:], good[0]):  # and one request id twice: counted once
         writer.record(row)
     assert await writer.flush()
-    assert (writer.written, writer.rejected) == (5, 2)
-    assert await count(sqlite_store, clock) == 5
+    assert (writer.written, writer.rejected) == (6, 1)
+    assert await count(sqlite_store, clock) == 6
+    stored = await sqlite_store.get_usage("req-bad")
+    assert stored is not None and stored.prompt_tokens == 0
+    assert stored.client_user == "a\\x00b\\ud800" and stored.tags == ("ok", "t\\x07")
+    assert len(stored.model_requested) == 200 and stored.model_requested.endswith("]")
 
 
 async def test_record_never_raises_even_after_stop(sqlite_store: Store, clock: FakeClock) -> None:

@@ -1,0 +1,31 @@
+"""The control plane's own folder on its disk, for what must survive a restart
+beside the store: the usage journal (llmgw.accounting.journal) and the
+instance id it leads under (llmgw.control.leader).
+
+It is the folder of a SQLite store's file, or /var/lib/llmgw with
+PostgreSQL; None for an in-memory store or when that folder is missing.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import parse_dsn
+from .errors import Invalid
+
+#: The folder used with a PostgreSQL store.
+POSTGRES_STATE_DIR = "/var/lib/llmgw"
+
+
+def state_dir(dsn: str) -> str | None:
+    try:
+        kind, where = parse_dsn(dsn)
+    except Invalid:
+        return None
+    if kind == "postgres":
+        folder = POSTGRES_STATE_DIR
+    elif where is None:
+        return None
+    else:
+        folder = os.path.dirname(os.path.abspath(os.path.expanduser(where)))
+    return folder if os.path.isdir(folder) else None
