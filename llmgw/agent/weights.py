@@ -118,6 +118,15 @@ class WeightsFetcher:
         self._index_lock = asyncio.Lock()
         self._stamps: dict[str, tuple[int, int]] = {}  # local files already checked: (size, mtime) when they were
 
+    async def use_mirror(self, url: str) -> None:
+        """Fetch from the mirror at `url` from now on (the one the control plane names)."""
+        url = url.rstrip("/")
+        if url == self.mirror_url:
+            return
+        old, self._mirror, self.mirror_url = self._mirror, None, url
+        if old is not None:
+            await old.close()
+
     async def close(self) -> None:
         if self._mirror is not None:
             await self._mirror.close()

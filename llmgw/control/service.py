@@ -35,6 +35,8 @@ from llmgw.control.engine_keys import load_engine_keys
 from llmgw.control.explain import explain, explain_text
 from llmgw.control.inventory import Inventory
 from llmgw.control.jobs import Job, Jobs
+from llmgw.control.join_codes import JoinCodes
+from llmgw.control.join_endpoint import JoinEndpoint
 from llmgw.control.leader import Leadership, default_holder
 from llmgw.control.node_logs import LOG_TIMEOUT, LogRequests, NodeNotConnected, UnknownNode, valid_replica_id
 from llmgw.control.reconciler import NodeUnreachable, Reconciler
@@ -126,10 +128,18 @@ class ControlPlane:
             from llmgw import pki
 
             tls = config.agent_tls
-            ssl_context = pki.ssl_server_context(tls.cert, tls.key, tls.ca)
+            # Asks for a client certificate without requiring one: the join endpoint serves machines
+            # that have none yet, and /agent/v1 refuses any connection without one.
+            ssl_context = pki.ssl_server_context(tls.cert, tls.key, tls.ca, require_client=False)
+        self.join_codes = JoinCodes(store)
+        join_routes = []
+        if ssl_context is not None:
+            join_routes = JoinEndpoint(self.join_codes, config.agent_tls.ca, control_planes=self.control_planes,
+                                       connected=lambda node: node in self.endpoint.sessions).routes()
         self.endpoint = AgentEndpoint(
             self._on_session, ssl_context=ssl_context, insecure=ssl_context is None,
             on_register=self._admit, heartbeat_interval=heartbeat_interval,
+            welcome_extra=self._welcome_extra, extra_routes=join_routes,
         )
         self.leadership = Leadership(store, self.holder, config.control.lease_ttl.total_seconds(),
                                      on_change=self._leadership_changed)
@@ -238,6 +248,15 @@ class ControlPlane:
         leader = self.leadership.leader
         return Refused(reason=(f"this control plane is a standby; the leader is {leader}" if leader
                                else "this control plane is a standby and no control plane leads yet; try again"))
+
+    async def _welcome_extra(self, reg: Register) -> dict[str, Any]:
+        """What a Welcome tells every agent besides its id: the mirror and every control plane."""
+        try:
+            addresses = await self.control_planes()
+        except Exception as exc:  # noqa: BLE001 - the agent keeps its own list
+            log.warning("control planes not listed: %s", exc)
+            addresses = []
+        return {"mirror": self.config.mirror.url, "control_planes": tuple(addresses)}
 
     async def _on_session(self, session: AgentSession) -> None:
         rec = self.reconciler

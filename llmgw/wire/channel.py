@@ -127,13 +127,18 @@ class AgentEndpoint:
         pong_timeout: float = PONG_TIMEOUT,
         register_timeout: float = 10.0,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        welcome_extra: Callable[[Register], Mapping[str, Any] | Awaitable[Mapping[str, Any]]] | None = None,
+        extra_routes: Sequence[web.RouteDef] = (),
     ) -> None:
         if ssl_context is None and not insecure:
             raise ValueError(
                 "the agent port needs mutual TLS: give an ssl context (llmgw.pki.ssl_server_context) "
                 "or insecure=True, which only takes agents on loopback"
             )
-        if ssl_context is not None and ssl_context.verify_mode != ssl.CERT_REQUIRED:
+        # With extra routes (the join endpoint, for machines that have no certificate yet) the
+        # context may only ask for a client certificate; /agent/v1 still refuses a connection without one.
+        allowed = (ssl.CERT_REQUIRED, ssl.CERT_OPTIONAL) if extra_routes else (ssl.CERT_REQUIRED,)
+        if ssl_context is not None and ssl_context.verify_mode not in allowed:
             raise ValueError("the agent port's ssl context must require client certificates (CERT_REQUIRED)")
         self._on_session = on_session
         self.ssl_context = ssl_context
@@ -147,6 +152,8 @@ class AgentEndpoint:
         self._max_frame_bytes = max_frame_bytes
         self._sessions: dict[str, AgentSession] = {}
         self._runner: web.AppRunner | None = None
+        self._welcome_extra = welcome_extra
+        self._extra_routes = list(extra_routes)
 
     @property
     def sessions(self) -> Mapping[str, AgentSession]:
@@ -155,7 +162,7 @@ class AgentEndpoint:
 
     def routes(self) -> list[web.RouteDef]:
         """The route to add to an application served with this endpoint's ssl context."""
-        return [web.get(PATH, self.handle)]
+        return [web.get(PATH, self.handle), *self._extra_routes]
 
     async def start(self, host: str, port: int) -> int:
         """Serve on host:port on a runner of its own; returns the bound port (useful with port 0)."""
@@ -230,8 +237,9 @@ class AgentEndpoint:
         self._sessions[session.node_id] = session
         log.info("agent registered", extra=log_fields(node_id=session.node_id, peer=peer.address))
         try:
+            extra = dict(await maybe_await(self._welcome_extra(first))) if self._welcome_extra else {}
             await link.send(Welcome(
-                node_id=session.node_id, heartbeat_interval=self.heartbeat_interval, epoch=self.epoch,
+                node_id=session.node_id, heartbeat_interval=self.heartbeat_interval, epoch=self.epoch, **extra,
             ))
             await run_session(link, self._on_session, session, grace=self._pong_timeout)
         except ConnectionClosed:

@@ -249,6 +249,10 @@ class Welcome:
     protocol: int = PROTOCOL_VERSION
     heartbeat_interval: float = 5.0  #: seconds between Heartbeat messages
     epoch: int = 0  #: the leader's epoch; a command from a lower one is stale
+    #: the mirror's file server nodes fetch weights from (server.yaml's mirror.url); agent.yaml's mirror wins
+    mirror: str = ""
+    #: every control plane's agent address; the agent keeps them (with agent.yaml's) and dials the next when one goes
+    control_planes: tuple[str, ...] = ()
 
 
 @attrs.frozen

@@ -25,8 +25,10 @@ from llmgw.wire.channel import AgentEndpoint
 class FakeControlPlane:
     """Takes agents on loopback without TLS, keeps every message, sends what a test tells it to."""
 
-    def __init__(self, heartbeat_interval: float = 0.2) -> None:
-        self.endpoint = AgentEndpoint(self._on_session, insecure=True, heartbeat_interval=heartbeat_interval)
+    def __init__(self, heartbeat_interval: float = 0.2, welcome: dict[str, Any] | None = None) -> None:
+        self.welcome = dict(welcome or {})  #: more fields of the Welcome (mirror, control_planes)
+        self.endpoint = AgentEndpoint(self._on_session, insecure=True, heartbeat_interval=heartbeat_interval,
+                                      welcome_extra=lambda reg: self.welcome)
         self.registers: list[wire.Register] = []
         self.received: list[Any] = []
         self._changed = asyncio.Condition()
