@@ -25,11 +25,8 @@ import aiohttp
 
 from llmgw import __version__
 from llmgw.agent import discovery
-from llmgw.agent.engine_install import INSTALLABLE, EngineInstaller, InstallError
 from llmgw.agent.engines import NodeEngines
 from llmgw.agent.llamacpp_output import describe_placement, gpu_placement_problem, read_llama_placement
-from llmgw.agent import procs
-from llmgw.agent.gpu_devices import card_of, device_numbers, visible_devices
 from llmgw.agent.procs import LogRing, read_last_lines
 from llmgw.agent.report import (
     CpuMeter, busy_requests, engine_addresses, free_port, parse_port_range, wire_gpu_sensors, wire_inventory,
@@ -87,16 +84,11 @@ class Agent:
             ssl_context = ssl_client_context(config.tls.cert, config.tls.key, config.tls.ca)
         self._ssl = ssl_context
         self._discover = discover_fn or discovery.discover
-        # The kernel log's XID lines are matched to cards by the PCI addresses discovery found.
-        self._sensors = sensors_fn or (lambda: discovery.sample_sensors(bus_ids={
-            g.index: g.pci_bus_id for g in (self.inventory.gpus if self.inventory else ())}))
+        self._sensors = sensors_fn or discovery.sample_sensors
         self._link_options = {k: v for k, v in (("ping_interval", ping_interval), ("pong_timeout", pong_timeout))
                               if v is not None}
         plugins = plugins or load_plugins()
         self.engines = NodeEngines(plugins.engines(), config.engines_dir)
-        self.installer = EngineInstaller(config.engines_dir, index_url=config.engine_index_url,
-                                         pip_args=config.engine_pip_args,
-                                         has_gpu=lambda: bool(self.inventory and self.inventory.gpus))
         self.supervisor = Supervisor(self.state_dir, ring_size=config.log_ring_size, on_change=self._on_shard_change)
         self.weights = WeightsFetcher(config.weights_dir, mirror_url=config.mirror)
         self.connection: AgentConnection | None = None
@@ -170,13 +162,7 @@ class Agent:
             inventory=wire_inventory(inv) if inv else wire.Inventory(),
             labels=dict(self.config.labels), engines=await self.engines.versions(), shards=tuple(shards),
             weights=tuple(e.to_wire() for e in self.weights.present()),
-            engine_installs=await self._engine_installs(),
-            installable=tuple(e for e in INSTALLABLE if e in self.engines.engines),
         )
-
-    async def _engine_installs(self, *, refresh: bool = False) -> tuple[wire.EngineInstalled, ...]:
-        return tuple(wire.EngineInstalled(engine=e.name, version=e.version or "", path=e.binary or "")
-                     for e in await self.engines.scan(refresh=refresh))
 
     async def _on_session(self, session: ControlPlaneSession) -> None:
         await self._learn(session)
@@ -247,28 +233,14 @@ class Agent:
                 load_1m=sensors.load_average[0] if sensors and sensors.load_average else None,
                 cpu_percent=self._cpu.percent(),
                 memory_available_bytes=sensors.memory_available_bytes if sensors else None,
-                gpus=wire_gpu_sensors(sensors, *self._engines_on_gpus()) if sensors else (),
+                gpus=wire_gpu_sensors(sensors) if sensors else (),
                 shards=tuple(summaries),
             ))
-
-    def _engines_on_gpus(self) -> tuple[set[int], set[int]]:
-        """Every process of this node's engines (each engine's process group) and the cards they were given,
-        so memory they hold on a card is not counted as someone else's."""
-        pids: set[int] = set()
-        cards: set[int] = set()
-        for shard in self.supervisor.shards():
-            if shard.pid is None:
-                continue
-            pids.add(shard.pid)
-            pids.update(m.pid for m in procs.group_members(shard.pid))
-            cards.update(card_of(g) for g in shard.gpus)
-        return pids, cards
 
     def _dispatch(self, msg: Any) -> None:
         handlers = {
             wire.StartShard: self._start_shard, wire.StopShard: self._stop_shard, wire.DrainShard: self._drain_shard,
             wire.RemoveWeights: self._remove_weights, wire.RequestLogs: self._send_logs, wire.Restart: self._restart_me,
-            wire.Provision: self._provision,
         }
         handler = handlers.get(type(msg))
         if handler is not None:
@@ -356,13 +328,9 @@ class Agent:
             raise _StartRefused(f"{msg.engine} runs on CPUs only, but the shard was given GPU {list(msg.gpus)}")
         if not msg.gpus and "cpu" not in engine.devices:
             raise _StartRefused(f"{msg.engine} needs GPUs, and the shard was given none")
-        have_gpus = set(device_numbers(self.inventory))
+        have_gpus = {g.index for g in self.inventory.gpus} if self.inventory else set()
         missing = sorted(set(msg.gpus) - have_gpus)
         if missing:
-            in_mig = sorted({g.index for g in (self.inventory.gpus if self.inventory else ()) if g.mig_enabled}
-                            & set(missing))
-            if in_mig:
-                raise _StartRefused(f"GPU {in_mig} is in MIG mode: only its MIG instances can be given to an engine")
             raise _StartRefused(f"GPU {missing} is not on this node (it has {sorted(have_gpus) or 'no GPUs'})")
         if not msg.api_key:
             why = "api_key_ref is not something this agent can resolve" if msg.api_key_ref else "it has no api_key"
@@ -380,10 +348,7 @@ class Agent:
         spec = LaunchSpec(
             model=msg.model, weights=weights_path, host=self.engine_host, port=port, api_key=msg.api_key,
             gpus=tuple(msg.gpus), args=tuple(msg.args), env=dict(msg.env), cores=msg.cores,
-            context_length=msg.context_length, binary=self.engines.binary(msg.engine, msg.engine_version),
-            devices=visible_devices(self.inventory, msg.gpus),
-            nnodes=msg.nnodes, node_rank=msg.node_rank, head_address=msg.head_address, dist_port=msg.dist_port,
-            tensor_parallel=msg.tensor_parallel, pipeline_parallel=msg.pipeline_parallel,
+            context_length=msg.context_length, binary=self.engines.binary(msg.engine),
         )
         try:
             plan = engine.plan(spec)
@@ -443,54 +408,6 @@ class Agent:
             await asyncio.sleep(max(0.0, min(msg.grace_seconds, 5.0)))
         await self.supervisor.stop(msg.shard_id, grace=30.0, reason="drained")
         self._result(msg.command_id, True)
-
-    # ------------------------------------------------------------------ engines
-
-    async def _provision(self, msg: wire.Provision) -> None:
-        """Install each engine asked for that this node lacks (at that version), saying how it goes."""
-        results = await asyncio.gather(*(self._install(want) for want in msg.engines))
-        failed = [f"{w.engine}: {why}" for w, why in zip(msg.engines, results) if why]
-        self._result(msg.command_id, not failed, "; ".join(failed))
-
-    async def _install(self, want: wire.EngineWant) -> str:
-        """Install one engine; returns "" when it is there, else why not."""
-        def status(state: str, step: str = "", error: str = "", version: str = want.version,
-                   done: dict | None = None, installs: tuple = ()) -> None:
-            self._send(wire.EngineStatus(engine=want.engine, version=version, state=state, step=step, error=error,
-                                         request_id=want.request_id, engines=done, engine_installs=installs))
-
-        have = [e for e in await self.engines.scan() if e.name == want.engine]
-        held = next((e for e in have if not want.version or e.version == want.version), None)
-        if held is not None:
-            status("installed", f"already installed: {held.version} at {held.binary}", version=held.version or "",
-                   done=await self.engines.versions(), installs=await self._engine_installs())
-            return ""
-        if want.engine not in self.engines.engines:
-            why = f"no engine plugin {want.engine!r} in this agent (it has {', '.join(sorted(self.engines.engines))})"
-            status("failed", error=why, done=await self.engines.versions(), installs=await self._engine_installs())
-            return why
-        last = [0.0]
-
-        def progress(step: str) -> None:  # at most one step a second reaches the control plane
-            now = asyncio.get_running_loop().time()
-            if now - last[0] >= 1.0:
-                last[0] = now
-                status("installing", step)
-
-        status("queued", "waiting for any other installation of it to end")
-        log.info("installing engine %s%s", want.engine, f" {want.version}" if want.version else "")
-        try:
-            version, path = await self.installer.install(want.engine, want.version, progress)
-        except InstallError as exc:
-            log.error("engine %s not installed: %s", want.engine, str(exc).splitlines()[-1:] or exc)
-            status("failed", error=str(exc), done=await self.engines.versions(refresh=True),
-                   installs=await self._engine_installs())
-            return str(exc)
-        installs = await self._engine_installs(refresh=True)
-        log.info("engine %s %s installed at %s", want.engine, version, path)
-        status("installed", f"installed at {path}", version=version, done=await self.engines.versions(),
-               installs=installs)
-        return ""
 
     # ------------------------------------------------------------------ other commands
 
