@@ -1,32 +1,18 @@
-"""Pieces every engine plugin needs: GPU environment and argument screening.
+"""Pieces every engine plugin needs: the GPU environment, and what a profile may pass.
 
-Engines run as root on the node, so a model's profile must not be able to
-make them run code or write files: each engine lists the flags and
-environment variables that would, and `screen` turns any use into problems.
+What a profile may pass is an allow list per engine (`ArgPolicy`, in
+`llmgw.plugins.engine_args`); everything else is refused, with the reason.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
-
+from llmgw.plugins.engine_args import COMMON_ENV, ArgPolicy, flag_name, flag_table
 from llmgw.plugins.types import LaunchSpec
 
-# Environment that changes what code a process loads, for every engine.
-ALWAYS_DENIED_ENV = (
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "LD_AUDIT",
-    "PYTHONPATH",
-    "PYTHONSTARTUP",
-    "PYTHONHOME",
-    "PYTHONUSERBASE",
-    "PATH",
-    "NCCL_NET_PLUGIN",
-    "NCCL_TUNER_PLUGIN",
-    "NCCL_PROFILER_PLUGIN",
-    "HF_HOME",
-    "TRANSFORMERS_CACHE",
-)
+__all__ = ["ArgPolicy", "COMMON_ENV", "GPU_ENV", "flag_name", "flag_table", "gpu_env"]
+
+#: What `gpu_env` sets: a profile may not.
+GPU_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
 
 def gpu_env(spec: LaunchSpec) -> dict[str, str]:
@@ -35,33 +21,5 @@ def gpu_env(spec: LaunchSpec) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": ""}
     return {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.gpus),
+        "CUDA_VISIBLE_DEVICES": ",".join(spec.devices) if spec.devices else ",".join(str(g) for g in spec.gpus),
     }
-
-
-def flag_name(arg: str) -> str:
-    return arg.split("=", 1)[0]
-
-
-def screen(
-    args: Sequence[str],
-    env: Mapping[str, str],
-    denied_flags: Iterable[str] = (),
-    managed_flags: Iterable[str] = (),
-    denied_env: Iterable[str] = (),
-) -> list[str]:
-    """Problems with a profile's args/env: denied or llmgw-managed flags, unsafe variables."""
-    problems: list[str] = []
-    denied = set(denied_flags)
-    managed = set(managed_flags)
-    for i, arg in enumerate(args):
-        name = flag_name(arg)
-        if name in denied:
-            problems.append(f"args[{i}]: {name} would let the model run code or write files as root; remove it")
-        elif name in managed:
-            problems.append(f"args[{i}]: {name} is set by llmgw for each replica; remove it")
-    bad_env = set(ALWAYS_DENIED_ENV) | set(denied_env)
-    for name in env:
-        if name in bad_env or name.startswith("LD_"):
-            problems.append(f"env.{name}: changes what code the engine loads; remove it")
-    return problems

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import attrs
 
+from llmgw.plugins.engine_args import ArgPolicy
+
 if TYPE_CHECKING:
     import aiohttp
 
@@ -56,9 +58,19 @@ class Engine(abc.ABC):
     #: prefix_cache_queries, prefix_cache_hits).
     metrics: ClassVar[Mapping[str, str]] = {}
 
+    #: What a profile may pass: the allowed flags and variables (llmgw.plugins.engine_args.ArgPolicy).
+    #: An engine that declares none takes no profile args or env at all.
+    arguments: ClassVar[ArgPolicy | None] = None
+
     def validate(self, args: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        """Problems with a profile's arguments and environment; empty when it may run."""
-        return []
+        """Problems with a profile's arguments and environment; empty when it may run.
+
+        Checked where a model is defined and again by the agent before it
+        starts the engine. The default checks `arguments`."""
+        if self.arguments is not None:
+            return self.arguments.problems(args, env)
+        names = [f"args[{i}]" for i in range(len(args))] + [f"env.{k}" for k in env]
+        return [f"{where}: the {self.name} engine allows no profile args or env; remove it" for where in names]
 
     @abc.abstractmethod
     def plan(self, spec: LaunchSpec) -> LaunchPlan:

@@ -120,7 +120,7 @@ async def test_registers_heartbeats_runs_a_sim_shard_and_survives_its_own_restar
 
 @pytest.mark.parametrize("msg, says", [
     (start_sim("bad-args", args=("--api-key", "mine")), "--api-key is set by llmgw for each replica"),
-    (start_sim("bad-env", env={"LD_PRELOAD": "/tmp/x.so"}), "env.LD_PRELOAD: changes what code the engine loads"),
+    (start_sim("bad-env", env={"LD_PRELOAD": "/tmp/x.so"}), "env.LD_PRELOAD: LD_PRELOAD changes what the dynamic loader loads: not allowed"),
     (wire.StartShard(shard_id="no-engine", model="m", engine="tgi", api_key=KEY, command_id="c1"),
      "no engine 'tgi' on this node (it has: fake, llamacpp, sglang, sim, trtllm, vllm)"),
     (start_sim("gpu", gpus=(2,)), "GPU [2] is not on this node (it has no GPUs)"),

@@ -15,7 +15,7 @@ from llmgw.control.catalog import Catalog, parse_model
 from llmgw.control.engine_keys import EngineKeys
 from llmgw.control.inventory import Inventory
 from llmgw.control.reconciler import NodeUnreachable, Reconciler
-from llmgw.plugins.engine_support import screen
+from llmgw.plugins.engine_args import ArgPolicy
 from llmgw.plugins.types import Engine, LaunchPlan
 from llmgw.router.replicas import ReplicaSet
 from llmgw.wire import messages as w
@@ -30,7 +30,9 @@ class FakeEngine(Engine):
         self._denied = tuple(denied)
 
     def validate(self, args, env):
-        return screen(args, env, denied_flags=self._denied)
+        policy = ArgPolicy(self.name, flags={"--max-num-seqs": True}, refused=dict.fromkeys(self._denied, "is unsafe"),
+                           env=("CUDA_*", "VLLM_*"))
+        return policy.problems(args, env)
 
     def plan(self, spec):  # pragma: no cover - the control plane never launches
         return LaunchPlan(argv=["true"], env={})

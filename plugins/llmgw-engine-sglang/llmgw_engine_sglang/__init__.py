@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.plugins import hookimpl
-from llmgw.plugins.engine_support import gpu_env, screen
+from llmgw.plugins.engine_support import COMMON_ENV, GPU_ENV, ArgPolicy, flag_table, gpu_env
 from llmgw.plugins.types import Engine, LaunchPlan, LaunchSpec
 
 
@@ -17,12 +17,45 @@ class SglangEngine(Engine):
         "sglang:token_usage": "kv_cache_usage",
         "sglang:cache_hit_rate": "prefix_cache_hit_rate",
     }
-    _managed = ("--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name", "--tp-size", "--tp")
-    _denied = ("--trust-remote-code", "--download-dir", "--chat-template", "--ssl-keyfile", "--ssl-certfile",
-               "--enable-custom-logit-processor", "--custom-weight-loader")
-
-    def validate(self, args, env):
-        return screen(args, env, denied_flags=self._denied, managed_flags=self._managed)
+    arguments = ArgPolicy(
+        engine="sglang",
+        flags=flag_table(
+            "--dtype= --context-length= --mem-fraction-static= --max-running-requests= --max-total-tokens= "
+            "--chunked-prefill-size= --max-prefill-tokens= --schedule-policy= --schedule-conservativeness= "
+            "--quantization= --kv-cache-dtype= --attention-backend= --sampling-backend= --disable-radix-cache "
+            "--enable-torch-compile --torch-compile-max-bs= --cuda-graph-max-bs= --disable-cuda-graph "
+            "--random-seed= --dp-size= --dp= --ep-size= --enable-dp-attention --tool-call-parser= "
+            "--reasoning-parser= --log-level= --stream-interval= --grammar-backend= --tokenizer-mode= "
+            "--watchdog-timeout= --speculative-algorithm= --speculative-num-steps= --speculative-eagle-topk= "
+            "--speculative-num-draft-tokens= --page-size= --disable-overlap-schedule --enable-mixed-chunk "
+            "--num-continuous-decode-steps= --max-queued-requests= --enable-cache-report --show-time-cost "
+            "--decode-log-interval= --pp-size= --moe-runner-backend= --enable-hierarchical-cache"
+        ),
+        managed=("--model-path", "--model", "--host", "--port", "--api-key", "--served-model-name", "--tp-size",
+                 "--tp"),
+        refused={
+            "--trust-remote-code": "runs code from the model's repository",
+            "--download-dir": "writes downloads to a folder it names",
+            "--chat-template": "reads a file it names",
+            "--ssl-keyfile": "reads a key from a file it names",
+            "--ssl-certfile": "reads a certificate from a file it names",
+            "--enable-custom-logit-processor": "lets requests send code to run",
+            "--custom-weight-loader": "imports code it names",
+            "--tokenizer-path": "reads a tokenizer from somewhere other than the model's files",
+            "--speculative-draft-model-path": "loads a second model from where it names",
+            "--lora-paths": "loads adapters from where it names",
+            "--enable-lora": "lets clients load adapters",
+            "--log-requests": "writes prompts and answers into the engine's log",
+            "--crash-dump-folder": "writes requests to a folder it names",
+            "--enable-metrics-for-all-schedulers": "is set by llmgw",
+            "--dist-init-addr": "joins processes at an address it names",
+            "--load-format": "chooses a loader that can run code",
+            "--json-model-override-args": "overrides the model's own description of itself",
+        },
+        env=(*COMMON_ENV, "SGLANG_*", "SGL_*", "TORCH_*", "PYTORCH_*", "HF_*", "TOKENIZERS_*", "TRANSFORMERS_*",
+             "TRITON_*", "FLASHINFER_*"),
+        env_managed=(*GPU_ENV, "LLMGW_ENGINE_API_KEY", "HF_HUB_OFFLINE"),
+    )
 
     def plan(self, spec: LaunchSpec) -> LaunchPlan:
         python = spec.binary or "python3"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmgw.buildinfo import self_command
 from llmgw.plugins import hookimpl
-from llmgw.plugins.engine_support import screen
+from llmgw.plugins.engine_support import ArgPolicy, flag_table
 from llmgw.plugins.types import Engine, LaunchPlan, LaunchSpec
 
 
@@ -19,10 +19,17 @@ class SimEngine(Engine):
         "vllm:prefix_cache_queries_total": "prefix_cache_queries",
         "vllm:prefix_cache_hits_total": "prefix_cache_hits",
     }
-    _managed = ("--host", "--port", "--model", "--api-key")
-
-    def validate(self, args, env):
-        return screen(args, env, managed_flags=self._managed)
+    arguments = ArgPolicy(
+        engine="sim",
+        flags=flag_table(
+            "--seed= --ttft= --prefill-per-token= --tpot= --max-tokens-default= --max-num-seqs= --block-size= "
+            "--kv-cache-blocks= --no-enable-prefix-caching --embedding-dim= --context-length= --max-model-len= "
+            "--fail-rate="
+        ),
+        managed=("--host", "--port", "--listen", "--model", "--served-model-name", "--api-key"),
+        env=("TZ",),
+        env_managed=("LLMGW_ENGINE_API_KEY", "VLLM_API_KEY"),
+    )
 
     def plan(self, spec: LaunchSpec) -> LaunchPlan:
         argv = [*self_command(), "sim-engine", "--model", spec.model, "--host", spec.host, "--port", str(spec.port)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.plugins import hookimpl
-from llmgw.plugins.engine_support import gpu_env, screen
+from llmgw.plugins.engine_support import COMMON_ENV, GPU_ENV, ArgPolicy, flag_table, gpu_env
 from llmgw.plugins.types import Engine, LaunchPlan, LaunchSpec
 
 
@@ -16,11 +16,25 @@ class TrtllmEngine(Engine):
         "trtllm:num_requests_waiting": "waiting",
         "trtllm:kv_cache_utilization": "kv_cache_usage",
     }
-    _managed = ("--host", "--port", "--tp_size", "--tokenizer")
-    _denied = ("--trust_remote_code", "--extra_llm_api_options", "--log_dir")
-
-    def validate(self, args, env):
-        return screen(args, env, denied_flags=self._denied, managed_flags=self._managed)
+    arguments = ArgPolicy(
+        engine="trtllm",
+        flags=flag_table(
+            "--backend= --max_batch_size= --max_num_tokens= --max_seq_len= --max_beam_width= "
+            "--kv_cache_free_gpu_memory_fraction= --pp_size= --ep_size= --cluster_size= --gpus_per_node= "
+            "--num_postprocess_workers= --log_level= --reasoning_parser= --tool_parser= --max_input_len= "
+            "--disable_gc --fail_fast_on_attention_window_too_large"
+        ),
+        managed=("--host", "--port", "--tp_size", "--tokenizer"),
+        refused={
+            "--trust_remote_code": "runs code from the model's repository",
+            "--extra_llm_api_options": "reads a file it names",
+            "--log_dir": "writes files to a folder it names",
+            "--metadata_server_config_file": "reads a file it names",
+            "--server_role": "joins a disaggregated cluster llmgw does not manage",
+        },
+        env=(*COMMON_ENV, "TRTLLM_*", "TLLM_*", "TORCH_*", "PYTORCH_*", "TOKENIZERS_*", "HF_*"),
+        env_managed=(*GPU_ENV, "LLMGW_ENGINE_API_KEY", "HF_HUB_OFFLINE"),
+    )
 
     def plan(self, spec: LaunchSpec) -> LaunchPlan:
         argv = [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.plugins import hookimpl
-from llmgw.plugins.engine_support import gpu_env, screen
+from llmgw.plugins.engine_support import COMMON_ENV, GPU_ENV, ArgPolicy, flag_table, gpu_env
 from llmgw.plugins.types import Engine, LaunchPlan, LaunchSpec
 
 
@@ -19,16 +19,58 @@ class VllmEngine(Engine):
         "vllm:prefix_cache_queries_total": "prefix_cache_queries",
         "vllm:prefix_cache_hits_total": "prefix_cache_hits",
     }
-    _managed = ("--model", "--host", "--port", "--api-key", "--served-model-name", "--tensor-parallel-size", "-tp")
-    # Each of these loads code from the model's repository or writes where it is told.
-    _denied = ("--trust-remote-code", "--download-dir", "--ssl-keyfile", "--ssl-certfile", "--middleware",
-               "--chat-template", "--tool-parser-plugin", "--logits-processor-pattern", "--worker-extension-cls",
-               "--allowed-local-media-path", "--response-role")
-    _denied_env = ("VLLM_PLUGINS", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_RPC_BASE_PATH", "VLLM_CONFIG_ROOT",
-                   "VLLM_CACHE_ROOT")
-
-    def validate(self, args, env):
-        return screen(args, env, denied_flags=self._denied, managed_flags=self._managed, denied_env=self._denied_env)
+    arguments = ArgPolicy(
+        engine="vllm",
+        flags=flag_table(
+            "--dtype= --max-model-len= --gpu-memory-utilization= --max-num-seqs= --max-num-batched-tokens= "
+            "--enable-prefix-caching --no-enable-prefix-caching --enable-chunked-prefill --no-enable-chunked-prefill "
+            "--quantization= -q= --kv-cache-dtype= --block-size= --swap-space= --cpu-offload-gb= --enforce-eager "
+            "--seed= --tokenizer-mode= --enable-auto-tool-choice --tool-call-parser= --reasoning-parser= "
+            "--max-logprobs= --disable-log-stats --disable-log-requests --enable-log-requests "
+            "--pipeline-parallel-size= -pp= --data-parallel-size= -dp= --enable-expert-parallel "
+            "--max-seq-len-to-capture= --max-num-partial-prefills= --long-prefill-token-threshold= "
+            "--scheduling-policy= --async-scheduling --limit-mm-per-prompt= --mm-processor-kwargs= "
+            "--rope-scaling= --rope-theta= --override-generation-config= --compilation-config= -O= "
+            "--uvicorn-log-level= --disable-custom-all-reduce --distributed-executor-backend= "
+            "--calculate-kv-scales --max-parallel-loading-workers= --disable-sliding-window --max-long-partial-prefills= "
+            "--enable-sleep-mode --num-scheduler-steps= --guided-decoding-backend= --structured-outputs-config= "
+            "--disable-fastapi-docs --enable-prompt-tokens-details --enable-force-include-usage "
+            "--return-tokens-as-token-ids --max-cudagraph-capture-size= --cuda-graph-sizes="
+        ),
+        managed=("--model", "--host", "--port", "--api-key", "--served-model-name", "--tensor-parallel-size", "-tp"),
+        refused={
+            "--trust-remote-code": "runs code from the model's repository",
+            "--download-dir": "writes downloads to a folder it names",
+            "--ssl-keyfile": "reads a key from a file it names",
+            "--ssl-certfile": "reads a certificate from a file it names",
+            "--ssl-ca-certs": "reads a file it names",
+            "--middleware": "imports code it names",
+            "--chat-template": "reads a file it names",
+            "--tool-parser-plugin": "imports code from a file it names",
+            "--logits-processor-pattern": "lets requests name code to import",
+            "--logits-processors": "imports code it names",
+            "--worker-extension-cls": "imports code it names",
+            "--worker-cls": "imports code it names",
+            "--allowed-local-media-path": "lets requests read files from a folder it names",
+            "--response-role": "changes the role llmgw's router expects",
+            "--tokenizer": "reads a tokenizer from somewhere other than the model's files",
+            "--hf-token": "is a Hugging Face credential",
+            "--speculative-config": "loads a second model from where it names",
+            "--kv-transfer-config": "sends the KV cache to other machines",
+            "--generation-config": "reads a folder it names",
+            "--lora-modules": "loads adapters from where it names",
+            "--enable-lora": "lets clients load adapters",
+            "--otlp-traces-endpoint": "sends traces, which hold prompts, to an address it names",
+            "--collect-detailed-traces": "records prompts",
+            "--api-server-count": "starts servers llmgw does not watch",
+            "--headless": "runs without the API llmgw talks to",
+            "--load-format": "chooses a loader that can run code (tensorizer, runai)",
+            "--model-loader-extra-config": "configures a loader that reads where it names",
+        },
+        env=(*COMMON_ENV, "VLLM_*", "TORCH_*", "PYTORCH_*", "HF_*", "TOKENIZERS_*", "TRANSFORMERS_*",
+             "TRITON_*", "FLASHINFER_*", "MKL_*"),
+        env_managed=(*GPU_ENV, "VLLM_API_KEY", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE"),
+    )
 
     def plan(self, spec: LaunchSpec) -> LaunchPlan:
         python = spec.binary or "python3"
