@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from llmgw.control.devices import node_devices
 from llmgw.wire.messages import (
     GpuInfo,
     GpuSensor,
@@ -66,6 +67,8 @@ class Node:
     def address(self) -> str:
         """Where the router reaches this node's engines: its first address, else where it connected from."""
         for candidate in (*self.addresses, self.peer_host, self.hostname):
+    #: the RDMA fabrics it is on, as its agent reports them, or the operator's llmgw.io/fabric label
+    fabrics: tuple[str, ...] = ()
             if candidate:
                 return candidate
         return self.id
@@ -99,7 +102,9 @@ class Node:
             "memory_total_bytes": self.memory_total, "memory_available_bytes": self.memory_available,
             "gpus": [
                 {"index": g.index, "class": g.gpu_class, "name": g.name, "health": g.health,
-                 "memory_total_bytes": g.memory_total_bytes}
+                 "memory_total_bytes": g.memory_total_bytes, "problem": g.problem,
+                 "foreign_memory_bytes": g.foreign_memory_bytes, "pcie_replays": g.pcie_replays,
+                 "xid_errors": list(g.xid_errors), "mig_mode": g.mig_mode}
                 for g in self.gpus
             ],
             "weights": sorted(self.weights), "agent_version": self.agent_version,
@@ -107,6 +112,13 @@ class Node:
             "silent_s": round(self.silent_for(now), 1),
             "disconnect_reason": self.disconnect_reason,
         }
+            # What placement hands out: whole cards, or the MIG instances of a card in MIG mode.
+            "devices": [
+                {"index": d.index, "label": d.label, "class": d.gpu_class, "uuid": d.uuid,
+                 "memory_total_bytes": d.memory_total_bytes, "kept_out": d.kept_out}
+                for d in node_devices(self.gpus)
+            ],
+            "fabrics": list(self.fabrics),
 
 
 class Inventory:
@@ -164,6 +176,7 @@ class Inventory:
             protocol=reg.protocol,
             connected=True,
             registered_at=now,
+            fabrics=tuple(inv.fabrics),
             last_heard=now,
             cordoned=reg.node_id in self._cordons,
             cordon_reason=self._cordons.get(reg.node_id, ""),
@@ -187,9 +200,8 @@ class Inventory:
             node.memory_available = hb.memory_available_bytes
         for sensor in hb.gpus:
             node.sensors[sensor.index] = sensor
-        if any(s.health != "ok" for s in hb.gpus):
-            health = {s.index: s.health for s in hb.gpus}
-            node.gpus = tuple(attrs.evolve(g, health=health.get(g.index, g.health)) for g in node.gpus)
+        if hb.gpus:
+            node.gpus = _with_sensors(node.gpus, {s.index: s for s in hb.gpus})
         return node
 
     def weights_progress(self, node_id: str, progress: WeightsProgress) -> None:
@@ -283,3 +295,24 @@ class Inventory:
 
 def describe_nodes(nodes: Iterable[Node], now: float | None = None) -> list[dict[str, Any]]:
     return [n.describe(now) for n in nodes]
+def _with_sensors(gpus: tuple[GpuInfo, ...], sensors: dict[int, GpuSensor]) -> tuple[GpuInfo, ...]:
+    """The cards as the latest readings judge them: health (back to ok too), why, and who else holds memory.
+
+    The same tuple when nothing placement reads changed, so a pass of placement is kept."""
+    out = []
+    for g in gpus:
+        s = sensors.get(g.index)
+        if s is None:
+            out.append(g)
+            continue
+        changed = attrs.evolve(
+            g, health=s.health, problem=s.problem if s.health != "ok" else "",
+            foreign_memory_bytes=s.foreign_memory_bytes if s.foreign_memory_bytes is not None
+            else g.foreign_memory_bytes,
+            pcie_replays=s.pcie_replays if s.pcie_replays is not None else g.pcie_replays,
+            xid_errors=s.xid_errors,
+        )
+        out.append(g if changed == g else changed)
+    return tuple(out) if any(a is not b for a, b in zip(out, gpus)) else gpus
+
+

@@ -69,6 +69,7 @@ class MigInstance:
 
 
 @attrs.frozen
+    gpu_class: str = ""  #: its card's class and its profile: a100-40gb-mig-3g.20gb
 class GpuInfo:
     index: int
     uuid: str = ""
@@ -81,7 +82,12 @@ class GpuInfo:
     temperature_c: float | None = None
     power_w: float | None = None
     utilisation_percent: float | None = None
-    mig: tuple[MigInstance, ...] = ()
+    mig: tuple[MigInstance, ...] = ()  #: set when the card is in MIG mode: then only these are handed out
+    mig_mode: bool = False  #: the card is in MIG mode (with no instances: nothing on it can be handed out)
+    #: what processes that are not this agent's engines hold on the card (None: not measured)
+    foreign_memory_bytes: int | None = None
+    pcie_replays: int | None = None  #: PCIe replay counter since the driver loaded
+    xid_errors: tuple[int, ...] = ()  #: XID codes the kernel log shows for the card lately
 
 
 @attrs.frozen
@@ -94,6 +100,8 @@ class Inventory:
 
 
 @attrs.frozen
+    #: the RDMA fabrics the node's active ports are on: ib:<subnet prefix>/<pkey>, roce:<IPv4 network>
+    fabrics: tuple[str, ...] = ()
 class RunningShard:
     """A shard the agent already runs when it registers (it keeps engines across its own restarts)."""
 
@@ -136,6 +144,9 @@ class GpuSensor:
 
 
 @attrs.frozen
+    problem: str = ""  #: why health is not ok, in words
+    pcie_replays: int | None = None
+    xid_errors: tuple[int, ...] = ()
 class ShardSummary:
     """One shard's state and use, in a heartbeat."""
 
@@ -275,7 +286,7 @@ class StartShard:
     weights: WeightsSource | None = None
     args: tuple[str, ...] = ()
     env: dict[str, str] = attrs.Factory(dict)
-    gpus: tuple[int, ...] = ()  #: card indices; empty runs on CPUs
+    gpus: tuple[int, ...] = ()  #: card indices (1000 + 100 × card + n: a MIG instance); empty runs on CPUs
     cores: int | None = None  #: CPU cores to allow; None: no limit
     memory_bytes: int | None = None
     port: int = 0
@@ -323,6 +334,14 @@ class ControlPlanes:
 
 
 @attrs.frozen
+    #: a replica over several nodes: how many, this shard's rank (0 serves the API), and where rank 0
+    #: listens for the others (head_address:dist_port); tensor and pipeline parallel sizes for the whole replica
+    nnodes: int = 1
+    node_rank: int = 0
+    head_address: str = ""
+    dist_port: int = 0
+    tensor_parallel: int = 0
+    pipeline_parallel: int = 0
 class RequestLogs:
     """Send the last `lines` of a shard's engine log, or of the agent's own when `shard_id` is empty."""
 
