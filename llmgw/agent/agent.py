@@ -28,6 +28,8 @@ from llmgw.agent import discovery
 from llmgw.agent.engines import NodeEngines
 from llmgw.agent.llamacpp_output import describe_placement, gpu_placement_problem, read_llama_placement
 from llmgw.agent.procs import LogRing, read_last_lines
+from llmgw.agent import procs
+from llmgw.agent.gpu_devices import card_of, device_numbers, visible_devices
 from llmgw.agent.report import (
     CpuMeter, busy_requests, engine_addresses, free_port, parse_port_range, wire_gpu_sensors, wire_inventory,
 )
@@ -84,7 +86,9 @@ class Agent:
             ssl_context = ssl_client_context(config.tls.cert, config.tls.key, config.tls.ca)
         self._ssl = ssl_context
         self._discover = discover_fn or discovery.discover
-        self._sensors = sensors_fn or discovery.sample_sensors
+        # The kernel log's XID lines are matched to cards by the PCI addresses discovery found.
+        self._sensors = sensors_fn or (lambda: discovery.sample_sensors(bus_ids={
+            g.index: g.pci_bus_id for g in (self.inventory.gpus if self.inventory else ())}))
         self._link_options = {k: v for k, v in (("ping_interval", ping_interval), ("pong_timeout", pong_timeout))
                               if v is not None}
         plugins = plugins or load_plugins()
@@ -233,7 +237,7 @@ class Agent:
                 load_1m=sensors.load_average[0] if sensors and sensors.load_average else None,
                 cpu_percent=self._cpu.percent(),
                 memory_available_bytes=sensors.memory_available_bytes if sensors else None,
-                gpus=wire_gpu_sensors(sensors) if sensors else (),
+                gpus=wire_gpu_sensors(sensors, *self._engines_on_gpus()) if sensors else (),
                 shards=tuple(summaries),
             ))
 
@@ -247,6 +251,19 @@ class Agent:
             self._spawn(handler(msg), f"{msg.type} {getattr(msg, 'shard_id', '')}")
         elif not isinstance(msg, (wire.ControlPlanes, wire.Welcome)):
             log.warning("ignored a %s message", msg.type)
+    def _engines_on_gpus(self) -> tuple[set[int], set[int]]:
+        """Every process of this node's engines (each engine's process group) and the cards they were given,
+        so memory they hold on a card is not counted as someone else's."""
+        pids: set[int] = set()
+        cards: set[int] = set()
+        for shard in self.supervisor.shards():
+            if shard.pid is None:
+                continue
+            pids.add(shard.pid)
+            pids.update(m.pid for m in procs.group_members(shard.pid))
+            cards.update(card_of(g) for g in shard.gpus)
+        return pids, cards
+
 
     # ------------------------------------------------------------------ shards
 
@@ -328,7 +345,7 @@ class Agent:
             raise _StartRefused(f"{msg.engine} runs on CPUs only, but the shard was given GPU {list(msg.gpus)}")
         if not msg.gpus and "cpu" not in engine.devices:
             raise _StartRefused(f"{msg.engine} needs GPUs, and the shard was given none")
-        have_gpus = {g.index for g in self.inventory.gpus} if self.inventory else set()
+        have_gpus = set(device_numbers(self.inventory))
         missing = sorted(set(msg.gpus) - have_gpus)
         if missing:
             raise _StartRefused(f"GPU {missing} is not on this node (it has {sorted(have_gpus) or 'no GPUs'})")
@@ -342,6 +359,10 @@ class Agent:
             try:
                 path = await self.weights.ensure(msg.weights.source, sha256=msg.weights.sha256,
                                                  size=msg.weights.size_bytes, model=msg.model, progress=self._send)
+            in_mig = sorted({g.index for g in (self.inventory.gpus if self.inventory else ()) if g.mig_enabled}
+                            & set(missing))
+            if in_mig:
+                raise _StartRefused(f"GPU {in_mig} is in MIG mode: only its MIG instances can be given to an engine")
             except WeightsError as exc:
                 raise _StartRefused(f"weights: {exc}") from None
             weights_path = str(path)
@@ -349,6 +370,9 @@ class Agent:
             model=msg.model, weights=weights_path, host=self.engine_host, port=port, api_key=msg.api_key,
             gpus=tuple(msg.gpus), args=tuple(msg.args), env=dict(msg.env), cores=msg.cores,
             context_length=msg.context_length, binary=self.engines.binary(msg.engine),
+            devices=visible_devices(self.inventory, msg.gpus),
+            nnodes=msg.nnodes, node_rank=msg.node_rank, head_address=msg.head_address, dist_port=msg.dist_port,
+            tensor_parallel=msg.tensor_parallel, pipeline_parallel=msg.pipeline_parallel,
         )
         try:
             plan = engine.plan(spec)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import socket
-from typing import Any, Iterable, Mapping
+from typing import Any, Container, Iterable, Mapping
 
 from llmgw.agent import discovery
 from llmgw.wire import messages as wire
@@ -36,7 +36,9 @@ def wire_inventory(inv: discovery.Inventory) -> wire.Inventory:
             mig=tuple(wire.MigInstance(
                 uuid=m.uuid, profile=m.profile, device=m.device, gpu_instance=m.gpu_instance_id or 0,
                 compute_instance=m.compute_instance_id or 0, memory_total_bytes=m.memory_total_mib * MIB,
+                gpu_class=m.gpu_class,
             ) for m in g.mig_instances),
+            mig_mode=bool(g.mig_enabled), pcie_replays=g.pcie_replays, xid_errors=tuple(g.xid_errors),
         ))
     return wire.Inventory(
         cpu=cpu,
@@ -44,16 +46,33 @@ def wire_inventory(inv: discovery.Inventory) -> wire.Inventory:
         memory_available_bytes=inv.memory.available_bytes if inv.memory else 0,
         disks=disks,
         gpus=tuple(gpus),
+        fabrics=discovery.fabric_ids(inv.fabric.infiniband),
     )
 
 
-def wire_gpu_sensors(sensors: discovery.Sensors) -> tuple[wire.GpuSensor, ...]:
+def foreign_memory_bytes(g: discovery.GpuSensors, our_pids: Container[int], our_cards: Container[int] = ()
+                         ) -> int | None:
+    """What processes other than this agent's engines hold on the card: its used memory less what the
+    engines' processes hold; None when the card's memory was not read."""
+    if g.memory_used_mib is None or (g.processes is None and g.index in our_cards):
+        return None  # the card's processes cannot be told apart, and our engine is one of them
+    ours = sum(used or 0 for pid, used in (g.processes or ()) if pid in our_pids)
+    return max(0, g.memory_used_mib * MIB - ours)
+
+
+def wire_gpu_sensors(sensors: discovery.Sensors, our_pids: Container[int] | None = None,
+                     our_cards: Container[int] = ()) -> tuple[wire.GpuSensor, ...]:
+    """The cards' readings for a heartbeat. `our_pids`: every process of this agent's engines, so memory they
+    hold is not counted as another's (None: foreign memory is not measured); `our_cards`: the cards (by index)
+    its engines were given, where memory cannot be put down to anyone when the processes are not listed."""
     return tuple(
         wire.GpuSensor(
             index=g.index, temperature_c=g.temperature_c, power_w=g.power_draw_w, power_limit_w=g.power_limit_w,
             utilisation_percent=g.utilization_gpu_pct,
             memory_used_bytes=g.memory_used_mib * MIB if g.memory_used_mib is not None else None,
+            foreign_memory_bytes=foreign_memory_bytes(g, our_pids, our_cards) if our_pids is not None else None,
             throttle=tuple(g.throttle_reasons), ecc_uncorrected=g.ecc_uncorrected_volatile, health=g.health,
+            problem="; ".join(g.health_reasons), pcie_replays=g.pcie_replays, xid_errors=tuple(g.xid_errors),
         )
         for g in sensors.gpus
     )

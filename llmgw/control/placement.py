@@ -9,7 +9,10 @@ Filters, in this order (a node's first failure is its rejection):
   3. the profile's engine is installed there;
   4. it carries every label of the profile's `node_selector`;
   5. it has enough healthy, free GPUs of the profile's class on that one node
-     (a card held by another replica is not free);
+     (a card held by another replica is not free; a card in MIG mode is its
+     instances, each of its own class, never the whole card; a degraded card,
+     or one whose memory processes other than llmgw's engines hold, is kept
+     out, and the rejection says which and why: see devices.py);
   6. it has the memory and cores the profile reserves, less what other
      replicas reserve there.
 
@@ -62,6 +65,7 @@ from operator import attrgetter, is_
 import attrs
 
 from llmgw.config.server import ModelConfig, Profile
+from llmgw.control.devices import kept_out_words, node_devices
 from llmgw.control.inventory import Node
 from llmgw.control.quotas import CapacityQuota, Quotas, owner_path, under
 from llmgw.plugins.types import Engine
@@ -194,8 +198,8 @@ class _Room:
     holdings: list[Holding]
 
     def healthy_gpus(self, gpu_class: str) -> list[int]:
-        return [g.index for g in self.node.gpus
-                if g.health != "failed" and (not gpu_class or g.gpu_class == gpu_class)]
+        return [d.index for d in node_devices(self.node.gpus)
+                if d.usable and (not gpu_class or d.gpu_class == gpu_class)]
 
     def free_gpus(self, gpu_class: str) -> list[int]:
         return [i for i in self.healthy_gpus(gpu_class) if i not in self.held_gpus]
@@ -259,16 +263,18 @@ def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engi
             return f"has no GPUs; the profile needs {profile.gpus}"
         healthy = room.healthy_gpus(profile.gpu_class)
         if len(healthy) < profile.gpus:
-            if profile.gpu_class and not any(g.gpu_class == profile.gpu_class for g in node.gpus):
+            devices = node_devices(node.gpus)
+            if profile.gpu_class and not any(d.gpu_class == profile.gpu_class for d in devices):
                 classes: dict[str, int] = {}
-                for g in node.gpus:
-                    classes[g.gpu_class or "unknown"] = classes.get(g.gpu_class or "unknown", 0) + 1
+                for d in devices:
+                    classes[d.gpu_class or "unknown"] = classes.get(d.gpu_class or "unknown", 0) + 1
                 has = ", ".join(f"{n} × {c}" for c, n in sorted(classes.items()))
                 return f"has no GPUs of class {profile.gpu_class} (it has {has})"
             return (f"needs {_gpu_words(profile.gpus, profile.gpu_class)}, has "
-                    f"{_plural(len(healthy), 'healthy card')} of that kind in all")
+                    f"{_plural(len(healthy), 'healthy card')} of that kind in all" + (f": {kept}" if kept else ""))
     if profile.memory and node.memory_total < profile.memory:
         return f"needs {format_bytes(profile.memory)} of memory reserved, has {format_bytes(node.memory_total)} in all"
+            kept = kept_out_words(devices, profile.gpu_class)
     if profile.cores and node.cores < profile.cores:
         return f"needs {_plural(profile.cores, 'core')}, has {node.cores} in all"
     return None
@@ -474,7 +480,7 @@ class PlacementPass:
         self._node = [by_id[node_id] for node_id in self._ids]
         self._order = [self._slot[node.id] for node in self.nodes]  # the list's nodes, as slots
         self._rack = [node.labels.get(RACK_LABEL, "") for node in self._node]
-        self._healthy = [tuple((g.index, g.gpu_class) for g in node.gpus if g.health != "failed")
+        self._healthy = [tuple((d.index, d.gpu_class) for d in node_devices(node.gpus) if d.usable)
                          for node in self._node]
         self._facts = [_facts(node) for node in self.nodes]
         self._weights_by_model: dict[str, set[int]] = {}

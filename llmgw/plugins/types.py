@@ -35,6 +35,16 @@ class LaunchSpec:
     cores: int | None = None
     context_length: int | None = None
     binary: str | None = None  #: where the engine's program is installed on this node
+    #: what CUDA_VISIBLE_DEVICES names when not `gpus` themselves: UUIDs, as a MIG instance must be named
+    devices: Sequence[str] = ()
+    #: a replica over several nodes (`nnodes` > 1): this shard's rank (0 serves the API and leads), where
+    #: rank 0 listens for the others, and the whole replica's tensor and pipeline parallel sizes (0: not set)
+    nnodes: int = 1
+    node_rank: int = 0
+    head_address: str = ""
+    dist_port: int = 0
+    tensor_parallel: int = 0
+    pipeline_parallel: int = 0
 
 
 @attrs.frozen
@@ -54,6 +64,8 @@ class Engine(abc.ABC):
     description: ClassVar[str] = ""
     #: "gpu", "cpu" or both: which nodes this engine may run on.
     devices: ClassVar[tuple[str, ...]] = ("gpu",)
+    #: whether one replica can run over several nodes (a profile with nodes above 1; see LaunchSpec.nnodes)
+    multi_node: ClassVar[bool] = False
     #: engine metric name -> llmgw's meaning (running, waiting, kv_cache_usage,
     #: prefix_cache_queries, prefix_cache_hits).
     metrics: ClassVar[Mapping[str, str]] = {}

@@ -40,7 +40,8 @@ def test_cards_must_be_on_one_node_and_healthy():
     decision = place(gpu_model(2), ns, engines=ENGINES)
     assert decision.placement is None
     assert decision.sentences() == [
-        "node-a: needs 2 free GPUs of class h100-80gb, has 1 healthy card of that kind in all",
+        "node-a: needs 2 free GPUs of class h100-80gb, has 1 healthy card of that kind in all: "
+        "GPU 0 kept out (failed)",
         "node-b: needs 2 free GPUs of class h100-80gb, has 1 healthy card of that kind in all",
     ]
     ok = place(gpu_model(1), ns, engines=ENGINES)

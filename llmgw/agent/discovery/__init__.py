@@ -22,19 +22,20 @@ import attrs
 
 from .cpu import CpuInfo, read_cpu
 from .disk import DEFAULT_PATHS, DiskInfo, read_disks
-from .fabric import Fabric, GpuNvLinks, IbPort, nvlink_topology, read_infiniband
+from .fabric import Fabric, GpuNvLinks, IbPort, fabric_ids, nvlink_topology, read_infiniband
 # The class function is not re-exported: it would hide the gpu_class module.
 from .gpu_class import is_mig_class, mig_class
-from .gpus import DEGRADED, FAILED, OK, Gpu, GpuSensors, MigInstance, assess_health
+from .gpus import DEGRADED, FAILED, OK, Gpu, GpuSensors, MigInstance, add_findings, assess_health
 from .host import NetAddress, addresses, hostname
 from .memory import MemoryInfo, available_bytes, read_memory
 from .nvidia_smi import Runner, SmiError, SmiMissing, read_smi, run_nvidia_smi, sample_smi
 from .nvml import NvmlUnavailable, load_pynvml, read_nvml, sample_nvml
+from .xid import parse_xid_lines, read_kernel_log, read_uptime, xid_findings
 
 __all__ = [
     "CpuInfo", "DiskInfo", "Fabric", "Gpu", "GpuNvLinks", "GpuSensors", "IbPort", "Inventory", "MemoryInfo",
     "MigInstance", "NetAddress", "Sensors", "OK", "DEGRADED", "FAILED", "SOURCES",
-    "assess_health", "discover", "is_mig_class", "mig_class", "sample_sensors",
+    "assess_health", "discover", "fabric_ids", "is_mig_class", "mig_class", "sample_sensors",
 ]
 
 #: Where the GPUs were read from: the driver's library, its command, or nowhere.
@@ -141,11 +142,35 @@ def _host(paths: Mapping[str, str] | None, proc: str, sys: str, cgroup_root: str
     guarded("cpu", "cpu", lambda: read_cpu(proc=proc, sys=sys, cgroup_root=cgroup_root), None)
     guarded("memory", "memory", lambda: read_memory(proc=proc, cgroup_root=cgroup_root), None)
     guarded("disks", "disks", lambda: read_disks(paths), ())
-    guarded("infiniband", "infiniband", lambda: read_infiniband(os.path.join(sys, "class/infiniband")), ())
+    guarded("infiniband", "infiniband", lambda: read_infiniband(os.path.join(sys, "class/infiniband"), proc), ())
+    guarded("uptime", "uptime", lambda: read_uptime(proc), None)
     for d in out["disks"]:
         if d.error:
             out["errors"].append(f"disk {d.role}: {d.error}")
     return out
+
+
+async def _kernel_log(kernel_log: Any) -> str:
+    if kernel_log is None:
+        return await read_kernel_log()
+    if isinstance(kernel_log, str):
+        return kernel_log
+    return await kernel_log()
+
+
+def _with_xids(readings: tuple[Any, ...], text: str, bus_ids: Mapping[int, str], uptime: float | None) -> tuple:
+    """Each card's reading with its recent XIDs and what they make of its health."""
+    if not text:
+        return readings
+    found = xid_findings(parse_xid_lines(text), list(bus_ids.values()), now_uptime_s=uptime)
+    out = []
+    for r in readings:
+        x = found.get(bus_ids.get(r.index, ""))
+        if x is None:
+            out.append(r)
+            continue
+        out.append(add_findings(attrs.evolve(r, xid_errors=x.codes, xid_last=x.last_text), x.findings))
+    return tuple(out)
 
 
 async def discover(
@@ -157,6 +182,7 @@ async def discover(
     proc: str = "/proc",
     sys: str = "/sys",
     cgroup_root: str = "/sys/fs/cgroup",
+    kernel_log: Any = None,
 ) -> Inventory:
     """Everything this node has.
 
@@ -165,6 +191,8 @@ async def discover(
     (default: pynvml itself). smi_runner: runs nvidia-smi (see nvidia_smi.py).
     source: "auto" (NVML, then nvidia-smi), or only "nvml" or "nvidia-smi".
     proc, sys, cgroup_root: where the kernel's files are, for recorded copies.
+    kernel_log: the kernel log's text, or a coroutine function giving it (default: dmesg), read for
+    XID errors when there are GPUs.
     """
     if source not in ("auto", "nvml", "nvidia-smi"):
         raise ValueError(f"source: expected auto, nvml or nvidia-smi, got {source!r}")
@@ -173,13 +201,17 @@ async def discover(
         loop.run_in_executor(None, _host, paths if paths is not None else DEFAULT_PATHS, proc, sys, cgroup_root),
         _gpus(nvml, smi_runner, source),
     )
+    cards = gpus.gpus
+    if cards:
+        cards = _with_xids(cards, await _kernel_log(kernel_log), {g.index: g.pci_bus_id for g in cards},
+                           host.get("uptime"))
     return Inventory(
         hostname=host["hostname"],
         addresses=host["addresses"],
         cpu=host["cpu"],
         memory=host["memory"],
         disks=host["disks"],
-        gpus=gpus.gpus,
+        gpus=cards,
         gpu_source=gpus.source,
         gpu_source_detail=gpus.detail,
         driver_version=gpus.driver_version,
@@ -205,11 +237,15 @@ async def sample_sensors(
     source: str = "auto",
     proc: str = "/proc",
     cgroup_root: str = "/sys/fs/cgroup",
+    kernel_log: Any = None,
+    bus_ids: Mapping[int, str] | None = None,
 ) -> Sensors:
     """The fast-changing readings, for a heartbeat: GPU heat, power, load, memory and health.
 
     Same sources as discover(), tried in the same order. Each call opens
     and closes NVML; a heartbeat every few seconds can afford that.
+    bus_ids: each card's PCI address by index (from discover()), to match
+    the kernel log's XID lines to cards; without them XIDs are not read.
     """
     loop = asyncio.get_running_loop()
     errors: list[str] = []
@@ -240,4 +276,6 @@ async def sample_sensors(
         return available_bytes(proc=proc, cgroup_root=cgroup_root), _load_average(proc)
 
     mem, load = await loop.run_in_executor(None, host)
+    if gpus and bus_ids:
+        gpus = _with_xids(gpus, await _kernel_log(kernel_log), bus_ids, read_uptime(proc))
     return Sensors(gpus=gpus, gpu_source=used, memory_available_bytes=mem, load_average=load, errors=tuple(errors))

@@ -52,6 +52,9 @@ class IbPort:
     node_guid: str | None = None
     pci_bus_id: str | None = None
     numa_node: int | None = None
+    #: which fabric the port is on, the same for every port that can reach it: ib:<subnet prefix>/<pkey>
+    #: for InfiniBand, roce:<IPv4 network> for RoCE v2; empty when it cannot be told (port down, no address)
+    fabric_id: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -105,13 +108,81 @@ def _after_colon(text: str | None) -> str:
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")
 
 
-def read_infiniband(root: str = "/sys/class/infiniband") -> tuple[IbPort, ...]:
+def _ib_fabric(pd: str) -> str:
+    """ib:<subnet prefix>/<partition key>: the subnet manager gives every port of a subnet the prefix,
+    and ports talk only within a partition (the full-membership bit dropped, so members of either kind match)."""
+    gid = _read(os.path.join(pd, "gids", "0"))
+    pkey = _read(os.path.join(pd, "pkeys", "0"))
+    if not gid or gid.count(":") != 7:
+        return ""
+    prefix = ":".join(gid.split(":")[:4])
+    try:
+        key = int(pkey or "0xffff", 16) & 0x7FFF
+    except ValueError:
+        key = 0x7FFF
+    return f"ib:{prefix}/{key:#06x}"
+
+
+def _routes(proc: str) -> list[tuple[str, int, int]]:
+    """(interface, network, mask) of the directly connected IPv4 routes, from /proc/net/route."""
+    out = []
+    try:
+        with open(os.path.join(proc, "net", "route")) as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return out
+    for line in lines:
+        cells = line.split()
+        if len(cells) < 8:
+            continue
+        try:
+            dest, gateway, mask = (int.from_bytes(bytes.fromhex(c), "little") for c in (cells[1], cells[2], cells[7]))
+        except ValueError:
+            continue
+        if gateway == 0 and mask:
+            out.append((cells[0], dest, mask))
+    return out
+
+
+def _roce_fabric(pd: str, routes: list[tuple[str, int, int]]) -> str:
+    """roce:<network>/<bits>: the IPv4 network of the port's first RoCE v2 address, from the routes."""
+    try:
+        entries = sorted(os.listdir(os.path.join(pd, "gids")), key=lambda n: int(n) if n.isdigit() else 0)
+    except OSError:
+        return ""
+    for n in entries:
+        kind = (_read(os.path.join(pd, "gid_attrs", "types", n)) or "").lower()
+        gid = (_read(os.path.join(pd, "gids", n)) or "").lower()
+        if "v2" not in kind or not gid.startswith("0000:0000:0000:0000:0000:ffff:"):
+            continue
+        hexes = gid.split(":")[-2:]
+        addr = int(hexes[0] + hexes[1], 16)
+        ndev = _read(os.path.join(pd, "gid_attrs", "ndevs", n)) or ""
+        for iface, dest, mask in routes:
+            if (not ndev or iface == ndev) and addr & mask == dest:
+                bits = bin(mask).count("1")
+                net = ".".join(str(b) for b in dest.to_bytes(4, "little"))
+                return f"roce:{net}/{bits}"
+    return ""
+
+
+def fabric_ids(ports: Sequence[IbPort]) -> tuple[str, ...]:
+    """The fabrics the node's active ports are on, each once, in port order."""
+    out: list[str] = []
+    for p in ports:
+        if p.state == "ACTIVE" and p.fabric_id and p.fabric_id not in out:
+            out.append(p.fabric_id)
+    return tuple(out)
+
+
+def read_infiniband(root: str = "/sys/class/infiniband", proc: str = "/proc") -> tuple[IbPort, ...]:
     """Every RDMA device's ports; empty where there are none (or no RDMA driver)."""
     try:
         devices = sorted(os.listdir(root))
     except OSError:
         return ()
     ports: list[IbPort] = []
+    routes: list[tuple[str, int, int]] | None = None
     for dev in devices:
         dev_dir = os.path.join(root, dev)
         pci = None
@@ -130,6 +201,12 @@ def read_infiniband(root: str = "/sys/class/infiniband") -> tuple[IbPort, ...]:
             pd = os.path.join(dev_dir, "ports", p)
             rate = _read(os.path.join(pd, "rate")) or ""
             m = _RATE.search(rate)
+            layer = _read(os.path.join(pd, "link_layer")) or "InfiniBand"
+            if layer == "Ethernet":
+                routes = _routes(proc) if routes is None else routes
+                fabric = _roce_fabric(pd, routes)
+            else:
+                fabric = _ib_fabric(pd)
             ports.append(IbPort(
                 device=dev,
                 port=int(p),
@@ -137,7 +214,8 @@ def read_infiniband(root: str = "/sys/class/infiniband") -> tuple[IbPort, ...]:
                 physical_state=_after_colon(_read(os.path.join(pd, "phys_state"))),
                 rate=rate,
                 rate_gbps=float(m.group(1)) if m else None,
-                link_layer=_read(os.path.join(pd, "link_layer")) or "InfiniBand",
+                link_layer=layer,
+                fabric_id=fabric,
                 lid=_read(os.path.join(pd, "lid")),
                 node_guid=_read(os.path.join(dev_dir, "node_guid")),
                 pci_bus_id=pci if pci and re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d", pci) else None,

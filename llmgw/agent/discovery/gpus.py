@@ -104,6 +104,9 @@ class Gpu:
     mig_enabled: bool | None = None  #: None: the card cannot do MIG
     mig_pending_enabled: bool | None = None  #: the mode after the next reset
     mig_instances: tuple[MigInstance, ...] = ()
+    pcie_replays: int | None = None  #: PCIe replays since the driver loaded: a rising count is a bad link
+    xid_errors: tuple[int, ...] = ()  #: XID codes in the kernel log within xid.WINDOW_S
+    xid_last: str = ""  #: the driver's words on the last of them
     health: str = OK  #: ok | degraded | failed
     health_reasons: tuple[str, ...] = ()
 
@@ -130,6 +133,11 @@ class GpuSensors:
     retired_pages_pending: bool | None = None
     row_remap_pending: bool | None = None
     row_remap_failure: bool | None = None
+    pcie_replays: int | None = None
+    xid_errors: tuple[int, ...] = ()
+    xid_last: str = ""
+    #: the compute processes on the card as (pid, bytes of its memory or None); None: not listed
+    processes: tuple[tuple[int, int | None], ...] | None = None
     health: str = OK
     health_reasons: tuple[str, ...] = ()
 
@@ -210,6 +218,16 @@ def sensors_with_health(s: GpuSensors, extra: Iterable[tuple[str, str]] = ()) ->
         extra=extra,
     )
     return attrs.evolve(s, health=status, health_reasons=reasons)
+
+
+def add_findings(reading, findings: Iterable[tuple[str, str]]):
+    """A Gpu or GpuSensors with more (status, reason) findings added to the health it already has."""
+    findings = list(findings)
+    if not findings:
+        return reading
+    status = max([reading.health, *(st for st, _ in findings)], key=_RANK.__getitem__)
+    return attrs.evolve(reading, health=status,
+                        health_reasons=tuple(reading.health_reasons) + tuple(r for _, r in findings))
 
 
 def make_mig_instance(card_class: str, *, device: int, uuid: str, profile: str, memory_total_mib: int,

@@ -177,6 +177,7 @@ def _sensors(r: _Reader, h: Any, where: str) -> dict[str, Any]:
                 r.const("NVML_VOLATILE_ECC", 0), where=where)
     retired = r.get("retired pages", "nvmlDeviceGetRetiredPagesPendingStatus", h, where=where)
     remap = r.get("remapped rows", "nvmlDeviceGetRemappedRows", h, where=where)
+    replays = r.get("PCIe replays", "nvmlDeviceGetPcieReplayCounter", h, where=where)
     return {
         "memory_used_mib": int(mem.used) // _MIB if mem is not None else None,
         "temperature_c": float(temp) if temp is not None else None,
@@ -190,7 +191,20 @@ def _sensors(r: _Reader, h: Any, where: str) -> dict[str, Any]:
         "retired_pages_pending": bool(retired) if retired is not None else None,
         "row_remap_pending": bool(remap[2]) if remap is not None else None,
         "row_remap_failure": bool(remap[3]) if remap is not None else None,
+        "pcie_replays": int(replays) if replays is not None else None,
     }
+
+
+def _processes(r: _Reader, h: Any, where: str) -> tuple[tuple[int, int | None], ...] | None:
+    """The compute processes on the card, (pid, bytes); None when NVML cannot list them."""
+    procs = r.get("compute processes", "nvmlDeviceGetComputeRunningProcesses", h, where=where)
+    if procs is None:
+        return None
+    out = []
+    for p in procs:
+        used = getattr(p, "usedGpuMemory", None)
+        out.append((int(p.pid), int(used) if used is not None else None))
+    return tuple(out)
 
 
 def _mig_instances(r: _Reader, h: Any, card: str, where: str) -> tuple[MigInstance, ...]:
@@ -326,7 +340,7 @@ def sample_nvml(nvml: Any) -> tuple[tuple[GpuSensors, ...], tuple[str, ...]]:
             where = f"GPU {index}: "
             r.lost = None
             uuid = _text(r.get("UUID", "nvmlDeviceGetUUID", h, where=where) or "")
-            s = GpuSensors(index=index, uuid=uuid, **_sensors(r, h, where))
+            s = GpuSensors(index=index, uuid=uuid, processes=_processes(r, h, where), **_sensors(r, h, where))
             extra = [(FAILED, f"the driver has lost this GPU ({r.lost})")] if r.lost else []
             out.append(sensors_with_health(s, extra))
         return tuple(out), tuple(r.errors)
