@@ -25,6 +25,7 @@ import aiohttp
 
 from llmgw import __version__
 from llmgw.agent import discovery
+from llmgw.agent.engine_install import INSTALLABLE, EngineInstaller, InstallError
 from llmgw.agent.engines import NodeEngines
 from llmgw.agent.llamacpp_output import describe_placement, gpu_placement_problem, read_llama_placement
 from llmgw.agent.procs import LogRing, read_last_lines
@@ -93,6 +94,9 @@ class Agent:
                               if v is not None}
         plugins = plugins or load_plugins()
         self.engines = NodeEngines(plugins.engines(), config.engines_dir)
+        self.installer = EngineInstaller(config.engines_dir, index_url=config.engine_index_url,
+                                         pip_args=config.engine_pip_args,
+                                         has_gpu=lambda: bool(self.inventory and self.inventory.gpus))
         self.supervisor = Supervisor(self.state_dir, ring_size=config.log_ring_size, on_change=self._on_shard_change)
         self.weights = WeightsFetcher(config.weights_dir, mirror_url=config.mirror)
         self.connection: AgentConnection | None = None
@@ -166,7 +170,13 @@ class Agent:
             inventory=wire_inventory(inv) if inv else wire.Inventory(),
             labels=dict(self.config.labels), engines=await self.engines.versions(), shards=tuple(shards),
             weights=tuple(e.to_wire() for e in self.weights.present()),
+            engine_installs=await self._engine_installs(),
+            installable=tuple(e for e in INSTALLABLE if e in self.engines.engines),
         )
+
+    async def _engine_installs(self, *, refresh: bool = False) -> tuple[wire.EngineInstalled, ...]:
+        return tuple(wire.EngineInstalled(engine=e.name, version=e.version or "", path=e.binary or "")
+                     for e in await self.engines.scan(refresh=refresh))
 
     async def _on_session(self, session: ControlPlaneSession) -> None:
         await self._learn(session)
@@ -245,6 +255,7 @@ class Agent:
         handlers = {
             wire.StartShard: self._start_shard, wire.StopShard: self._stop_shard, wire.DrainShard: self._drain_shard,
             wire.RemoveWeights: self._remove_weights, wire.RequestLogs: self._send_logs, wire.Restart: self._restart_me,
+            wire.Provision: self._provision,
         }
         handler = handlers.get(type(msg))
         if handler is not None:
@@ -369,7 +380,7 @@ class Agent:
         spec = LaunchSpec(
             model=msg.model, weights=weights_path, host=self.engine_host, port=port, api_key=msg.api_key,
             gpus=tuple(msg.gpus), args=tuple(msg.args), env=dict(msg.env), cores=msg.cores,
-            context_length=msg.context_length, binary=self.engines.binary(msg.engine),
+            context_length=msg.context_length, binary=self.engines.binary(msg.engine, msg.engine_version),
             devices=visible_devices(self.inventory, msg.gpus),
             nnodes=msg.nnodes, node_rank=msg.node_rank, head_address=msg.head_address, dist_port=msg.dist_port,
             tensor_parallel=msg.tensor_parallel, pipeline_parallel=msg.pipeline_parallel,
@@ -432,6 +443,54 @@ class Agent:
             await asyncio.sleep(max(0.0, min(msg.grace_seconds, 5.0)))
         await self.supervisor.stop(msg.shard_id, grace=30.0, reason="drained")
         self._result(msg.command_id, True)
+
+    # ------------------------------------------------------------------ engines
+
+    async def _provision(self, msg: wire.Provision) -> None:
+        """Install each engine asked for that this node lacks (at that version), saying how it goes."""
+        results = await asyncio.gather(*(self._install(want) for want in msg.engines))
+        failed = [f"{w.engine}: {why}" for w, why in zip(msg.engines, results) if why]
+        self._result(msg.command_id, not failed, "; ".join(failed))
+
+    async def _install(self, want: wire.EngineWant) -> str:
+        """Install one engine; returns "" when it is there, else why not."""
+        def status(state: str, step: str = "", error: str = "", version: str = want.version,
+                   done: dict | None = None, installs: tuple = ()) -> None:
+            self._send(wire.EngineStatus(engine=want.engine, version=version, state=state, step=step, error=error,
+                                         request_id=want.request_id, engines=done, engine_installs=installs))
+
+        have = [e for e in await self.engines.scan() if e.name == want.engine]
+        held = next((e for e in have if not want.version or e.version == want.version), None)
+        if held is not None:
+            status("installed", f"already installed: {held.version} at {held.binary}", version=held.version or "",
+                   done=await self.engines.versions(), installs=await self._engine_installs())
+            return ""
+        if want.engine not in self.engines.engines:
+            why = f"no engine plugin {want.engine!r} in this agent (it has {', '.join(sorted(self.engines.engines))})"
+            status("failed", error=why, done=await self.engines.versions(), installs=await self._engine_installs())
+            return why
+        last = [0.0]
+
+        def progress(step: str) -> None:  # at most one step a second reaches the control plane
+            now = asyncio.get_running_loop().time()
+            if now - last[0] >= 1.0:
+                last[0] = now
+                status("installing", step)
+
+        status("queued", "waiting for any other installation of it to end")
+        log.info("installing engine %s%s", want.engine, f" {want.version}" if want.version else "")
+        try:
+            version, path = await self.installer.install(want.engine, want.version, progress)
+        except InstallError as exc:
+            log.error("engine %s not installed: %s", want.engine, str(exc).splitlines()[-1:] or exc)
+            status("failed", error=str(exc), done=await self.engines.versions(refresh=True),
+                   installs=await self._engine_installs())
+            return str(exc)
+        installs = await self._engine_installs(refresh=True)
+        log.info("engine %s %s installed at %s", want.engine, version, path)
+        status("installed", f"installed at {path}", version=version, done=await self.engines.versions(),
+               installs=installs)
+        return ""
 
     # ------------------------------------------------------------------ other commands
 

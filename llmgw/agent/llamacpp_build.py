@@ -128,10 +128,13 @@ def _tree_files(root: Path) -> Iterator[Path]:
                 yield path
 
 
-def download_sdist(dest: Path, version: str | None = PYPI_VERSION) -> Path:
-    """Fetch llama-cpp-python's sdist from PyPI into `dest` with pip; returns the tarball."""
+def download_sdist(dest: Path, version: str | None = PYPI_VERSION, *, python: str | None = None,
+                   pip_args: Sequence[str] = ()) -> Path:
+    """Fetch llama-cpp-python's sdist from PyPI (or the index `pip_args` names) into `dest` with pip;
+    returns the tarball. `python` is one with pip (default: this one)."""
     spec = f"llama-cpp-python=={version}" if version else "llama-cpp-python"
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(dest), spec]
+    cmd = [python or sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           "--disable-pip-version-check", *pip_args, "-d", str(dest), spec]
     _say(f"fetching {spec}'s source from PyPI")
     result = subprocess.run(cmd, capture_output=True, text=True)
     tarballs = sorted(dest.glob("llama_cpp_python-*.tar.gz")) + sorted(dest.glob("llama-cpp-python-*.tar.gz"))

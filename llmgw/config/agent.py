@@ -54,6 +54,15 @@ class AgentConfig:
         "/var/lib/llmgw/weights", doc="Where model weights are downloaded to; give it a disk with room."
     )
     engines_dir: str = setting("/var/lib/llmgw/engines", doc="Where inference engines are installed.")
+    engine_index_url: str = setting(
+        "",
+        doc="The Python package index engines are installed from (vLLM, SGLang, TensorRT-LLM, llama.cpp's source), "
+            "like http://mirror.internal:8081/simple; empty uses PyPI.",
+    )
+    engine_pip_args: list[str] = setting(
+        factory=list,
+        doc="More arguments for pip when installing an engine, like --extra-index-url URL or --trusted-host HOST.",
+    )
     labels: dict[str, str] = setting(
         factory=dict,
         doc="Labels placement matches against profiles' node_selector, like llmgw.io/rack: r12-07.",

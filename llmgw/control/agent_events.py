@@ -20,6 +20,7 @@ from llmgw.obs import logs
 from llmgw.router.replicas import Replica, metrics_url_for
 from llmgw.wire.messages import (
     CommandResult,
+    EngineStatus,
     Heartbeat,
     Register,
     ShardStatus,
@@ -99,6 +100,8 @@ class AgentEvents(_Base):
                     rec.since = self.clock()  # progress: not stuck
                     rec.message = _progress_words(message)
             self.observer.weights(node_id, message)
+        elif isinstance(message, EngineStatus):
+            self.engine_status(node_id, message)
         elif isinstance(message, CommandResult):
             kind, _, replica_id = message.command_id.partition(":")
             rec = self.records.get(replica_id)

@@ -22,6 +22,7 @@ import attrs
 
 from llmgw.control.devices import node_devices
 from llmgw.wire.messages import (
+    EngineInstalled,
     GpuInfo,
     GpuSensor,
     Heartbeat,
@@ -45,6 +46,10 @@ class Node:
     labels: dict[str, str] = attrs.Factory(dict)  #: the agent's, with the operator's on top
     agent_labels: dict[str, str] = attrs.Factory(dict)  #: as agent.yaml gives them
     engines: dict[str, str] = attrs.Factory(dict)  #: engine name -> installed version
+    engine_installs: tuple[EngineInstalled, ...] = ()  #: every installation, each version apart
+    installable: tuple[str, ...] = ()  #: the engines its agent can install when told to
+    #: engine -> why installing it here failed (placement passes the node over for it until that changes)
+    engine_problems: dict[str, str] = attrs.Factory(dict)
     gpus: tuple[GpuInfo, ...] = ()
     cores: int = 0
     memory_total: int = 0
@@ -166,6 +171,10 @@ class Inventory:
             labels={**reg.labels, **self._labels.get(reg.node_id, {})},
             agent_labels=dict(reg.labels),
             engines=dict(reg.engines),
+            engine_installs=tuple(reg.engine_installs),
+            installable=tuple(reg.installable),
+            # a failed install is remembered while the node's engines stay as they were
+            engine_problems=dict(old.engine_problems) if old is not None and old.engines == reg.engines else {},
             gpus=tuple(inv.gpus),
             cores=inv.cpu.cores,
             memory_total=inv.memory_total_bytes,
@@ -184,6 +193,10 @@ class Inventory:
         )
         self._nodes[node.id] = node
         return node
+
+    def replace(self, node: Node) -> None:
+        """Put a changed copy of a node in its place (placement sees a new object and looks again)."""
+        self._nodes[node.id] = node
 
     def heard(self, node_id: str) -> Node | None:
         """Any message counts as a sign of life."""

@@ -245,6 +245,10 @@ def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engi
     if node.cordoned:
         return f"cordoned: {node.cordon_reason}" if node.cordon_reason else "cordoned"
     if engine not in node.engines:
+        problem = node.engine_problems.get(engine)
+        if problem:
+            return (f"engine {engine} could not be installed here: {problem.strip().splitlines()[-1]} "
+                    f"(llmgw ctl engines says more; asking for it again retries)")
         has = ", ".join(sorted(node.engines)) or "none"
         return f"engine {engine} is not installed (it has: {has})"
     plugin = engines.get(engine) if engines else None

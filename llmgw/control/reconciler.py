@@ -42,6 +42,7 @@ from llmgw.config.server import ControlConfig
 from llmgw.control.agent_events import CRASH_WINDOW, AgentEvents
 from llmgw.control.catalog import Catalog, CatalogModel, model_to_spec
 from llmgw.control.engine_keys import EngineKeys
+from llmgw.control.engine_provisioning import EngineProvisioning, EngineState
 from llmgw.control.inventory import Inventory, Node
 from llmgw.control.jobs import ReconcilerObserver
 from llmgw.control.parked import ParkedRecord, normalized
@@ -80,7 +81,7 @@ class AgentLink(Protocol):
         """Send one message; NodeUnreachable when the node has no session."""
 
 
-class Reconciler(AgentEvents):
+class Reconciler(AgentEvents, EngineProvisioning):
     def __init__(
         self,
         control: ControlConfig,
@@ -130,6 +131,9 @@ class Reconciler(AgentEvents):
         self._reclaiming: set[str] = set()
         #: the parked models as the store keeps them (read back when leading begins, written when they change)
         self.parked_record = ParkedRecord()
+        #: node -> engine -> its installation's state (engine_provisioning.py)
+        self.engine_states: dict[str, dict[str, EngineState]] = {}
+        self._provision_due: set[tuple[str, str]] = set()  #: (node, engine) whose Provision is to be sent
 
     # ---------------------------------------------------------------- running
 
@@ -373,7 +377,8 @@ class Reconciler(AgentEvents):
         for rec in list(self.records.values()):
             if rec.retiring and rec.stop_sent_at is not None and now - rec.stop_sent_at > self.stop_grace + 30:
                 self._drop(rec, "stop never confirmed")
-            elif not rec.retiring and rec.state == "starting" and now - rec.since > self.start_timeout:
+            elif not rec.retiring and rec.state == "starting" and now - rec.since > self.start_timeout \
+                    and not rec.awaiting_engine:  # an install may take longer; a failed one drops it
                 self._retire(rec, "did not become ready in time")
                 self._failed_start(self._state(rec.model), rec,
                                    f"not ready after {self.start_timeout:g} s ({rec.message or 'no progress'})")
@@ -397,6 +402,9 @@ class Reconciler(AgentEvents):
         if missing and not st.parked and now >= max(st.next_try, self.hold_starts_until) and not st.preempting:
             for _ in range(missing):
                 decision = self._decide(model)
+                awaiting = None
+                if decision.placement is None and (found := self._place_with_install(model)) is not None:
+                    decision, *awaiting = found
                 st.decision, st.decision_at = decision, self.wall_clock()
                 self._reclaiming.discard(model.name)
                 if decision.placement is None:
@@ -418,7 +426,9 @@ class Reconciler(AgentEvents):
                             st.preempting.add(rid)
                     self._reclaiming.add(model.name)
                     break
-                self._launch(model, decision.placement)
+                launched = self._launch(model, decision.placement)
+                if awaiting:
+                    self._await_engine(launched, *awaiting)
         self._drain_step(model, st, mine, pending)
         if st.drain_blocked is not None:
             self.observer.unplaced(model.name, st.drain_blocked)
@@ -583,6 +593,8 @@ class Reconciler(AgentEvents):
                     continue
                 rec.stop_sent_at, rec.state = self.clock(), "stopping"
             elif not rec.retiring and rec.state == "starting" and not rec.start_sent:
+                if not self._engine_arrived(rec):
+                    continue
                 try:
                     await self.link.send(rec.node, self._start_message(rec))
                 except NodeUnreachable as exc:
@@ -590,6 +602,7 @@ class Reconciler(AgentEvents):
                     self._state(rec.model).last_error = f"{rec.node}: unreachable when starting {rec.id}"
                     continue
                 rec.start_sent = True
+        await self._send_provisions()
 
     def _start_message(self, rec: ReplicaRecord) -> StartShard:
         cm = self.catalog.get(rec.model)

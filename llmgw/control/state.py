@@ -54,6 +54,8 @@ class ReplicaRecord:
     message: str = ""
     adopted: bool = False  #: found running at registration rather than started here
     start_sent: bool = False
+    #: the engine its node is installing for it: its StartShard waits until the node has it
+    awaiting_engine: str = ""
     stop_sent_at: float | None = None
 
     @property

@@ -21,12 +21,13 @@ __all__ = [
     "WEIGHTS_STATES",
     # pieces
     "CpuInfo", "DiskFree", "MigInstance", "GpuInfo", "Inventory", "RunningShard",
-    "WeightsPresent", "GpuSensor", "ShardSummary", "WeightsSource",
+    "WeightsPresent", "GpuSensor", "ShardSummary", "WeightsSource", "EngineInstalled", "EngineWant",
+    "ENGINE_INSTALL_STATES",
     # agent -> control plane
-    "Register", "Heartbeat", "ShardStatus", "WeightsProgress", "LogChunk", "CommandResult",
+    "Register", "Heartbeat", "ShardStatus", "WeightsProgress", "LogChunk", "CommandResult", "EngineStatus",
     # control plane -> agent
     "Welcome", "Refused", "StartShard", "StopShard", "DrainShard", "RemoveWeights",
-    "ControlPlanes", "RequestLogs", "Restart",
+    "ControlPlanes", "RequestLogs", "Restart", "Provision",
     "AGENT_MESSAGES", "CONTROL_MESSAGES", "ALL_MESSAGES",
     "AgentMessage", "ControlMessage", "Message",
 ]
@@ -38,6 +39,8 @@ OLDEST_PROTOCOL = 1
 
 SHARD_STATES = ("starting", "ready", "failed", "stopping", "stopped", "exited")
 WEIGHTS_STATES = ("queued", "fetching", "verifying", "ready", "failed")
+#: Where one engine's installation stands on a node (EngineStatus.state).
+ENGINE_INSTALL_STATES = ("queued", "installing", "installed", "failed")
 
 
 # --- Pieces of the inventory and of heartbeats ------------------------------
@@ -66,10 +69,10 @@ class MigInstance:
     gpu_instance: int = 0
     compute_instance: int = 0
     memory_total_bytes: int = 0
+    gpu_class: str = ""  #: its card's class and its profile: a100-40gb-mig-3g.20gb
 
 
 @attrs.frozen
-    gpu_class: str = ""  #: its card's class and its profile: a100-40gb-mig-3g.20gb
 class GpuInfo:
     index: int
     uuid: str = ""
@@ -97,11 +100,11 @@ class Inventory:
     memory_available_bytes: int = 0
     disks: tuple[DiskFree, ...] = ()
     gpus: tuple[GpuInfo, ...] = ()
+    #: the RDMA fabrics the node's active ports are on: ib:<subnet prefix>/<pkey>, roce:<IPv4 network>
+    fabrics: tuple[str, ...] = ()
 
 
 @attrs.frozen
-    #: the RDMA fabrics the node's active ports are on: ib:<subnet prefix>/<pkey>, roce:<IPv4 network>
-    fabrics: tuple[str, ...] = ()
 class RunningShard:
     """A shard the agent already runs when it registers (it keeps engines across its own restarts)."""
 
@@ -141,12 +144,12 @@ class GpuSensor:
     throttle: tuple[str, ...] = ()  #: sw_power_cap, hw_slowdown, sw_thermal, hw_thermal, …
     ecc_uncorrected: int | None = None
     health: str = "ok"
-
-
-@attrs.frozen
     problem: str = ""  #: why health is not ok, in words
     pcie_replays: int | None = None
     xid_errors: tuple[int, ...] = ()
+
+
+@attrs.frozen
 class ShardSummary:
     """One shard's state and use, in a heartbeat."""
 
@@ -164,6 +167,24 @@ class WeightsSource:
     source: str  #: a mirror path, hf://org/repo@rev, or a URL
     sha256: str = ""  #: of the file, or of the manifest for a directory; empty: not checked
     size_bytes: int = 0
+
+
+@attrs.frozen
+class EngineInstalled:
+    """One engine installation a node holds: an engine at one version, and where."""
+
+    engine: str
+    version: str
+    path: str = ""  #: its program (llama-server) or its environment's python
+
+
+@attrs.frozen
+class EngineWant:
+    """An engine a node should have: `version` empty takes the newest the index offers."""
+
+    engine: str
+    version: str = ""
+    request_id: str = ""  #: names the request; its EngineStatus messages carry it back
 
 
 # --- Agent -> control plane ---------------------------------------------------
@@ -184,6 +205,9 @@ class Register:
     engines: dict[str, str] = attrs.Factory(dict)  #: engine name -> installed version
     shards: tuple[RunningShard, ...] = ()
     weights: tuple[WeightsPresent, ...] = ()
+    #: every installation, each version apart (`engines` names the one a StartShard without a version gets)
+    engine_installs: tuple[EngineInstalled, ...] = ()
+    installable: tuple[str, ...] = ()  #: the engines this agent can install when a Provision asks
 
 
 @attrs.frozen
@@ -248,6 +272,21 @@ class CommandResult:
     error: str = ""
 
 
+@attrs.frozen
+class EngineStatus:
+    """How installing one engine goes; `installed` and `failed` end it, and carry the node's engines now."""
+
+    type: ClassVar[str] = "engine_status"
+    engine: str
+    version: str = ""  #: asked for, or (installed) what was installed
+    state: str = "installing"  #: one of ENGINE_INSTALL_STATES
+    step: str = ""  #: what it is doing now, in words: "creating the environment", "pip install vllm==0.9.1"
+    error: str = ""  #: with failed: the installer's own last lines, cleaned
+    request_id: str = ""
+    engines: dict[str, str] | None = None  #: with installed and failed: as Register's `engines`
+    engine_installs: tuple[EngineInstalled, ...] = ()  #: with installed and failed: as Register's
+
+
 # --- Control plane -> agent ---------------------------------------------------
 
 
@@ -295,6 +334,14 @@ class StartShard:
     api_key_ref: str = ""
     context_length: int | None = None
     command_id: str = ""
+    #: a replica over several nodes: how many, this shard's rank (0 serves the API), and where rank 0
+    #: listens for the others (head_address:dist_port); tensor and pipeline parallel sizes for the whole replica
+    nnodes: int = 1
+    node_rank: int = 0
+    head_address: str = ""
+    dist_port: int = 0
+    tensor_parallel: int = 0
+    pipeline_parallel: int = 0
 
 
 @attrs.frozen
@@ -334,14 +381,6 @@ class ControlPlanes:
 
 
 @attrs.frozen
-    #: a replica over several nodes: how many, this shard's rank (0 serves the API), and where rank 0
-    #: listens for the others (head_address:dist_port); tensor and pipeline parallel sizes for the whole replica
-    nnodes: int = 1
-    node_rank: int = 0
-    head_address: str = ""
-    dist_port: int = 0
-    tensor_parallel: int = 0
-    pipeline_parallel: int = 0
 class RequestLogs:
     """Send the last `lines` of a shard's engine log, or of the agent's own when `shard_id` is empty."""
 
@@ -360,14 +399,27 @@ class Restart:
     command_id: str = ""
 
 
-AGENT_MESSAGES: tuple[type, ...] = (Register, Heartbeat, ShardStatus, WeightsProgress, LogChunk, CommandResult)
+@attrs.frozen
+class Provision:
+    """Install these engines (those the node lacks at that version); each answers in EngineStatus messages."""
+
+    type: ClassVar[str] = "provision"
+    engines: tuple[EngineWant, ...] = ()
+    command_id: str = ""
+
+
+AGENT_MESSAGES: tuple[type, ...] = (
+    Register, Heartbeat, ShardStatus, WeightsProgress, LogChunk, CommandResult, EngineStatus,
+)
 CONTROL_MESSAGES: tuple[type, ...] = (
     Welcome, Refused, StartShard, StopShard, DrainShard, RemoveWeights, ControlPlanes, RequestLogs, Restart,
+    Provision,
 )
 ALL_MESSAGES: tuple[type, ...] = AGENT_MESSAGES + CONTROL_MESSAGES
 
-AgentMessage = Union[Register, Heartbeat, ShardStatus, WeightsProgress, LogChunk, CommandResult]
+AgentMessage = Union[Register, Heartbeat, ShardStatus, WeightsProgress, LogChunk, CommandResult, EngineStatus]
 ControlMessage = Union[
-    Welcome, Refused, StartShard, StopShard, DrainShard, RemoveWeights, ControlPlanes, RequestLogs, Restart
+    Welcome, Refused, StartShard, StopShard, DrainShard, RemoveWeights, ControlPlanes, RequestLogs, Restart,
+    Provision,
 ]
 Message = Union[AgentMessage, ControlMessage]

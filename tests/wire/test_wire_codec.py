@@ -9,6 +9,10 @@ import pytest
 from llmgw import wire
 from llmgw.wire import (
     CommandResult,
+    EngineInstalled,
+    EngineStatus,
+    EngineWant,
+    Provision,
     ControlPlanes,
     CpuInfo,
     DiskFree,
@@ -80,6 +84,11 @@ SAMPLES = [
     ControlPlanes(addresses=("cp1:7443", "wss://cp2:7443/agent/v1"), epoch=4),
     RequestLogs(request_id="r2", shard_id="s1", lines=50),
     Restart(reason="upgrade", command_id="c6"),
+    Provision(engines=(EngineWant(engine="vllm", version="0.9.1", request_id="q1"), EngineWant(engine="llamacpp")),
+              command_id="c7"),
+    EngineStatus(engine="vllm", version="0.9.1", state="installed", step="done", request_id="q1",
+                 engines={"vllm": "0.9.1"},
+                 engine_installs=(EngineInstalled(engine="vllm", version="0.9.1", path="/e/vllm/0.9.1/bin/python"),)),
 ]
 
 
@@ -112,8 +121,8 @@ def test_missing_fields_take_their_defaults():
 
 
 def test_unknown_type_is_a_clear_error():
-    with pytest.raises(wire.UnknownMessageType, match="unknown message type 'provision'.*newer"):
-        wire.decode(msgpack.packb({"type": "provision", "engines": []}))
+    with pytest.raises(wire.UnknownMessageType, match="unknown message type 'defragment_gpus'.*newer"):
+        wire.decode(msgpack.packb({"type": "defragment_gpus", "engines": []}))
 
 
 @pytest.mark.parametrize("frame, match", [

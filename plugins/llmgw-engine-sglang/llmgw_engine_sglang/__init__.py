@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmgw.plugins import hookimpl
 from llmgw.plugins.engine_support import COMMON_ENV, GPU_ENV, ArgPolicy, flag_table, gpu_env
+from llmgw.plugins.engine_versions import dist_version
 from llmgw.plugins.types import Engine, LaunchPlan, LaunchSpec
 
 
@@ -77,6 +78,10 @@ class SglangEngine(Engine):
         argv += ["--api-key", "${LLMGW_ENGINE_API_KEY}"]
         env = {**spec.env, **gpu_env(spec), "LLMGW_ENGINE_API_KEY": spec.api_key, "HF_HUB_OFFLINE": "1"}
         return LaunchPlan(argv=argv, env=env, ready_path="/health")
+
+    def version(self, binary=None):
+        # Read from the environment's package metadata: importing the engine takes seconds and a GPU.
+        return dist_version(binary, "sglang")
 
 
 @hookimpl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmgw.plugins import hookimpl
 from llmgw.plugins.engine_support import COMMON_ENV, GPU_ENV, ArgPolicy, flag_table, gpu_env
+from llmgw.plugins.engine_versions import dist_version
 from llmgw.plugins.types import Engine, LaunchPlan, LaunchSpec
 
 
@@ -88,6 +89,10 @@ class VllmEngine(Engine):
         env = {**spec.env, **gpu_env(spec), "VLLM_API_KEY": spec.api_key, "VLLM_NO_USAGE_STATS": "1",
                "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
         return LaunchPlan(argv=argv, env=env, ready_path="/health")
+
+    def version(self, binary=None):
+        # Read from the environment's package metadata: importing the engine takes seconds and a GPU.
+        return dist_version(binary, "vllm")
 
 
 @hookimpl

@@ -1,0 +1,230 @@
+"""Installing an inference engine on this node, when the control plane asks (a Provision message).
+
+Each installation goes under the agent's `engines_dir`, one per version,
+where `llmgw.agent.engines` finds it:
+
+- vLLM, SGLang and TensorRT-LLM: a Python virtual environment of their own,
+  `ENGINES/<engine>/<version>/`, made with `python -m venv` and filled with
+  `pip install <package>==<version>` from the package index agent.yaml's
+  `engine_index_url` names (PyPI when empty; an offline site serves a simple
+  index of its own), with `engine_pip_args` added. No version asked: the
+  newest the index offers (`pip index versions`).
+- llama.cpp: `llama-server` built from the llama.cpp sources in
+  `llama-cpp-python`'s sdist, fetched from the same index
+  (`llmgw.agent.llamacpp_build`: cached by source hash, CUDA when the node
+  has a GPU and `nvcc`, CPU otherwise), copied to
+  `ENGINES/llamacpp/<build>/llama-server`. The version asked for is
+  llama-cpp-python's release; the version advertised is the binary's own.
+
+A failed installation raises `InstallError` with the installer's own last
+lines (pip's, cmake's), cleaned of colour codes and noise, and leaves no
+half-made environment behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import Callable, Sequence
+
+from llmgw.plugins.engine_versions import dist_version
+
+__all__ = ["PACKAGES", "INSTALLABLE", "InstallError", "EngineInstaller", "clean_output"]
+
+#: The Python package each Python engine is installed from.
+PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
+#: Every engine the installer can install.
+INSTALLABLE = (*PACKAGES, "llamacpp")
+TAIL = 12  # lines of the installer's output kept for a failure
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_NOISE = re.compile(r"^\s*(\[notice\]|WARNING: You are using pip|━|\|)", re.I)
+_VERSION_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$")
+
+Progress = Callable[[str], None]
+
+
+class InstallError(Exception):
+    """An engine could not be installed; the message is the installer's own words."""
+
+
+def clean_output(lines: Sequence[str], keep: int = TAIL) -> str:
+    """The last `keep` lines that say something: colour codes, progress bars and pip's notices dropped."""
+    kept = [_ANSI.sub("", line).rstrip() for line in lines]
+    kept = [line for line in kept if line.strip() and not _NOISE.match(line)]
+    return "\n".join(kept[-keep:])
+
+
+class EngineInstaller:
+    """Installs engines into `engines_dir`; one installation at a time per engine."""
+
+    def __init__(self, engines_dir: str | os.PathLike[str], *, index_url: str = "",
+                 pip_args: Sequence[str] = (), python: str | None = None, llama_cache: str | None = None,
+                 has_gpu: Callable[[], bool] = lambda: False) -> None:
+        self.dir = Path(engines_dir)
+        self.index_url = index_url
+        self.pip_args = tuple(pip_args)
+        self.python = python or _base_python()
+        self.llama_cache = llama_cache
+        self.has_gpu = has_gpu
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _index_args(self) -> list[str]:
+        return (["--index-url", self.index_url] if self.index_url else []) + list(self.pip_args)
+
+    async def install(self, engine: str, version: str = "", progress: Progress = lambda step: None) -> tuple[str, str]:
+        """Install `engine` (at `version`, else the newest); returns (its version, its program's path)."""
+        if engine not in INSTALLABLE:
+            raise InstallError(f"llmgw cannot install {engine!r}: it installs {', '.join(INSTALLABLE)}; "
+                               f"install it under {self.dir / engine} by hand")
+        if version and not _VERSION_OK.match(version):
+            raise InstallError(f"{version!r} is not a version: letters, digits and . + ! _ - only")
+        lock = self._locks.setdefault(engine, asyncio.Lock())
+        async with lock:
+            if engine == "llamacpp":
+                return await self._llamacpp(version, progress)
+            return await self._python_engine(engine, version, progress)
+
+    # ------------------------------------------------------------------ Python engines
+
+    async def _python_engine(self, engine: str, version: str, progress: Progress) -> tuple[str, str]:
+        package = PACKAGES[engine]
+        home = self.dir / engine
+        home.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".installing-", dir=home))
+        try:
+            progress("creating a Python environment")
+            await _run([self.python, "-m", "venv", str(staging)], "python -m venv")
+            python = str(staging / "bin" / "python")
+            if not version:
+                progress(f"asking the index for {package}'s newest version")
+                version = await self._newest(python, package)
+            final = home / version
+            if (found := dist_version(final / "bin" / "python", package)) == version:
+                return version, str(final / "bin" / _program(engine))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staging, final)  # before pip: the scripts pip writes name their environment's path
+            staging = final
+            python = str(final / "bin" / "python")
+            progress(f"pip install {package}=={version}")
+            await _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+                        "--progress-bar", "off", *self._index_args(), f"{package}=={version}"],
+                       "pip install", progress=_pip_progress(progress))
+            found = dist_version(python, package)
+            if found is None:
+                raise InstallError(f"pip installed {package}=={version} but the environment does not hold it")
+            program = final / "bin" / _program(engine)
+            if not program.exists():
+                raise InstallError(f"{package} {found} is installed but has no {program.name} in {final / 'bin'}")
+            staging = None  # kept
+            return found, str(program)
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    async def _newest(self, python: str, package: str) -> str:
+        out = await _run([python, "-m", "pip", "index", "versions", "--disable-pip-version-check",
+                          *self._index_args(), package], "pip index versions")
+        for line in out:
+            m = re.match(rf"^{re.escape(package)}\s*\(([^)]+)\)", line.strip(), re.I)
+            if m:
+                return m.group(1)
+        raise InstallError(clean_output(out) or f"the index offers no {package}")
+
+    # ------------------------------------------------------------------ llama.cpp
+
+    async def _llamacpp(self, version: str, progress: Progress) -> tuple[str, str]:
+        from llmgw.agent import llamacpp_build as build
+
+        flags = list(build.CMAKE_FLAGS)
+        if self.has_gpu() and (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()):
+            flags.append("-DGGML_CUDA=ON")
+        loop = asyncio.get_running_loop()
+        with tempfile.TemporaryDirectory(prefix=".sdist-", dir=self._mkdir(self.dir / "llamacpp")) as tmp:
+            progress(f"fetching llama-cpp-python{'==' + version if version else ''}'s source")
+            tools = await self._pip_python()
+            try:
+                tarball = await loop.run_in_executor(None, lambda: build.download_sdist(
+                    Path(tmp), version or None, python=tools, pip_args=self._index_args()))
+                progress(f"building llama-server from {tarball.name}"
+                         f" ({'CUDA' if '-DGGML_CUDA=ON' in flags else 'CPU'}; cached by source hash)")
+                binary = await loop.run_in_executor(None, lambda: build.build_llama_server(
+                    tarball, cache=self.llama_cache, flags=flags, quiet=True))
+            except build.BuildError as exc:
+                raise InstallError(clean_output(str(exc).splitlines())) from None
+        out = await _run([str(binary), "--version"], "llama-server --version")
+        said = next((line.split(":", 1)[1].strip() for line in out if line.startswith("version:")), "")
+        if not said:
+            raise InstallError(f"the built llama-server does not say its version: {clean_output(out)}")
+        final = self._mkdir(self.dir / "llamacpp" / ("b" + said.split()[0].lstrip("b")))
+        target = final / build.BINARY
+        tmp_target = final / f".{build.BINARY}.new"
+        shutil.copy2(binary, tmp_target)
+        os.replace(tmp_target, target)
+        return said, str(target)
+
+    async def _pip_python(self) -> str:
+        """A Python with pip: this one when it has pip, else a tools environment under engines_dir."""
+        try:
+            await _run([self.python, "-m", "pip", "--version"], "pip --version")
+            return self.python
+        except InstallError:
+            pass
+        tools = self.dir / ".tools"
+        if not (tools / "bin" / "python").exists():
+            await _run([self.python, "-m", "venv", str(tools)], "python -m venv")
+        return str(tools / "bin" / "python")
+
+    @staticmethod
+    def _mkdir(path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def _program(engine: str) -> str:
+    return "trtllm-serve" if engine == "trtllm" else "python"
+
+
+def _base_python() -> str:
+    """The interpreter to make environments from: this one's base (not a venv's), as the agent runs it."""
+    for candidate in (getattr(sys, "_base_executable", ""), sys.executable, shutil.which("python3") or ""):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return "python3"
+
+
+def _pip_progress(progress: Progress) -> Callable[[str], None]:
+    def on_line(line: str) -> None:
+        text = _ANSI.sub("", line).strip()
+        if text.startswith(("Collecting ", "Downloading ", "Installing collected packages", "Building wheel")):
+            progress(text[:200])
+    return on_line
+
+
+async def _run(cmd: Sequence[str], what: str, *, progress: Callable[[str], None] | None = None) -> list[str]:
+    """Run `cmd`, its output kept; InstallError with its last lines when it fails."""
+    env = {**os.environ, "PIP_NO_INPUT": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)
+    env.pop("PIP_REQUIRE_VIRTUALENV", None)
+    try:
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.STDOUT, env=env)
+    except OSError as exc:
+        raise InstallError(f"{what}: {exc}") from None
+    lines: deque[str] = deque(maxlen=400)
+    assert proc.stdout is not None
+    async for raw in proc.stdout:
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        lines.append(line)
+        if progress is not None:
+            progress(line)
+    code = await proc.wait()
+    if code != 0:
+        raise InstallError(clean_output(list(lines)) or f"{what} failed with code {code} and said nothing")
+    return list(lines)
