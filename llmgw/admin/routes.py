@@ -17,6 +17,7 @@ from aiohttp import web
 
 from llmgw.admin import handlers_backup as hb
 from llmgw.admin import handlers_cluster as hc
+from llmgw.admin import handlers_join as hj
 from llmgw.admin import handlers_logs as hl
 from llmgw.admin import handlers_notify as hn
 from llmgw.admin import handlers_ops as ho
@@ -62,6 +63,7 @@ from llmgw.admin.cluster_types import (
     ScaleChange,
 )
 from llmgw.admin.backup_types import BackupList, BackupMade
+from llmgw.admin.join_types import JoinCodeCreate, JoinCodeInfo, JoinCodeIssued, JoinCodeList
 from llmgw.admin.notify_types import NotifyTestRequest, NotifyTestResult
 from llmgw.admin.dispatch import PREFIX, Route, make_endpoint
 from llmgw.admin.openapi import build_document
@@ -121,6 +123,14 @@ ROUTES: tuple[Route, ...] = (
           summary="The fleet at a glance"),
     Route(method="GET", path="/nodes", handler=hc.list_nodes, tag="cluster", response=NodeList,
           summary="List nodes"),
+    Route(method="POST", path="/nodes/join-codes", handler=hj.create_join_code, tag="cluster",
+          response=JoinCodeIssued, request=JoinCodeCreate, status=201, action="nodes.join-code",
+          target="join-code:new", summary="Make a join code for a machine to join with"),
+    Route(method="GET", path="/nodes/join-codes", handler=hj.list_join_codes, tag="cluster",
+          response=JoinCodeList, summary="List the join codes that still work"),
+    Route(method="DELETE", path="/nodes/join-codes/{code}", handler=hj.revoke_join_code, tag="cluster",
+          response=JoinCodeInfo, params={"code": "The join code's id."}, action="nodes.join-code-revoke",
+          target="join-code:{code}", summary="Revoke a join code"),
     Route(method="GET", path="/nodes/{node}", handler=hc.get_node, tag="cluster", response=NodeInfo,
           params=NODE, summary="Show a node"),
     Route(method="POST", path="/nodes/{node}/cordon", handler=hc.cordon_node, tag="cluster", response=NodeInfo,

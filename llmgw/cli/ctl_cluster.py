@@ -16,6 +16,7 @@ from typing import Any
 from llmgw.cli.common import print_json, print_table
 from llmgw.cli.ctl_client import AdminClient, CtlError, quote, register_leaf, usage_of
 from llmgw.cli.ctl_logs import register_node_logs
+from llmgw.cli.ctl_join import register_join_codes
 
 
 def register(sub) -> None:
@@ -46,6 +47,7 @@ def register(sub) -> None:
     p.add_argument("labels", nargs="+", metavar="KEY=VALUE|KEY-")
     register_leaf(p, run_node_label)
     register_node_logs(cmds)
+    register_join_codes(cmds)
 
     for name, text in (("cordon", "Place nothing new on a node; what runs there stays."),
                        ("drain", "Move a node's replicas off, one at a time, each replacement up first."),

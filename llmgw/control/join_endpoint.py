@@ -9,8 +9,9 @@ again trusting only that CA and sends `POST /join/v1`:
     -> 200 {"node": NAME, "cert": PEM, "ca": PEM, "control_planes": [ADDRESS, ...]}
     -> 4xx {"error": "a sentence"}
 
-The certificate is signed with the CA key kept beside agent_tls.ca
-(`ca-key.pem`, as `llmgw ctl cert init-ca` and `llmgw server init` leave it).
+The certificate is signed with the cluster CA's key: `ca-key.pem` beside
+agent_tls.ca, or in the `ca` directory beside agent_tls.ca's (where
+`llmgw server init` keeps it: /etc/llmgw/ca beside /etc/llmgw/tls).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from aiohttp import web
 
 from llmgw.control.join_codes import JoinCodeError, JoinCodes
-from llmgw.pki.certs import CA_KEY, InvalidName, PkiError, validate_node_id
+from llmgw.pki.certs import CA_CERT, CA_KEY, InvalidName, PkiError, validate_node_id
 from llmgw.pki.csr import issue_from_request
 
 __all__ = ["CA_PATH", "JOIN_PATH", "JoinEndpoint"]
@@ -39,12 +40,25 @@ class JoinEndpoint:
                  connected: Callable[[str], bool]) -> None:
         self.codes = codes
         self.ca_cert = Path(ca_cert)
-        self.ca_dir = self.ca_cert.parent
         self.control_planes = control_planes
         self.connected = connected
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get(CA_PATH, self.handle_ca), web.post(JOIN_PATH, self.handle_join)]
+
+    def ca_dir(self) -> Path | None:
+        """Where the CA's key is: the directory whose ca.pem is agent_tls.ca's certificate and holds ca-key.pem."""
+        try:
+            wanted = self.ca_cert.read_bytes().strip()
+        except OSError:
+            return None
+        for d in (self.ca_cert.parent, self.ca_cert.parent.parent / "ca"):
+            try:
+                if (d / CA_KEY).is_file() and (d / CA_CERT).read_bytes().strip() == wanted:
+                    return d
+            except OSError:
+                continue
+        return None
 
     async def handle_ca(self, request: web.Request) -> web.Response:
         try:
@@ -67,16 +81,18 @@ class JoinEndpoint:
             validate_node_id(node, what="node name")
         except InvalidName as exc:
             return _error(400, str(exc))
-        if not (self.ca_dir / CA_KEY).exists():
-            return _error(503, f"this control plane cannot sign node certificates: the CA's key is not beside "
-                          f"agent_tls.ca ({self.ca_dir / CA_KEY}); join through the control plane that holds it")
+        ca_dir = self.ca_dir()
+        if ca_dir is None:
+            return _error(503, f"this control plane cannot sign node certificates: the CA's key is neither beside "
+                          f"agent_tls.ca ({self.ca_cert.parent / CA_KEY}) nor in {self.ca_cert.parent.parent / 'ca'}; "
+                          "join through the control plane that holds it")
         if self.connected(node):
             return _error(409, f"a node called {node!r} is connected now; pick another --name, or remove that "
                           "node first (`llmgw ctl node remove`) if this machine replaces it")
         # Signed before the code is taken, so a bad request does not use the code up; the
         # certificate is handed out only once the code is taken.
         try:
-            cert, ca = issue_from_request(self.ca_dir, body["csr"].encode(), node)
+            cert, ca = issue_from_request(ca_dir, body["csr"].encode(), node)
         except PkiError as exc:
             return _error(400, f"the certificate could not be issued: {exc}")
         try:

@@ -1,0 +1,226 @@
+"""`llmgw join CODE` on a machine: become a node of the cluster the code is from.
+
+Steps, each said as it happens:
+
+1. read the code (refused here when it has expired: nothing is asked, nothing written);
+2. read the CA certificate from the control plane's join endpoint and check its
+   SHA-256 against the code's: a control plane of another cluster, or anyone
+   in between, is refused before a word more is said;
+3. make this node's private key here (it never leaves the machine) and send a
+   signing request with the code's secret, over TLS trusting that CA alone;
+4. with the certificate back, write agent.yaml, the key (0600), the
+   certificate and the CA under <root>/etc/llmgw, install the agent's service
+   and start it;
+5. wait until the agent has registered with a control plane.
+
+A refused code (used, expired, forged, of another CA) writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from llmgw.control.join_codes import JoinCode, JoinCodeError, parse_code
+from llmgw.install.layout import Layout
+from llmgw.pki.certs import InvalidName, validate_node_id
+from llmgw.pki.csr import ca_fingerprint_of_pem, make_node_request
+
+__all__ = ["JoinError", "JoinResult", "join", "REGISTER_TIMEOUT"]
+
+REGISTER_TIMEOUT = 60.0
+HTTP_TIMEOUT = 10.0
+REGISTERED_FILE = "registered.json"  # as llmgw.agent.agent writes it
+
+
+class JoinError(Exception):
+    """The machine did not join; the message says why and what to do."""
+
+
+class JoinResult:
+    def __init__(self, node: str, control_plane: str, files: list[Path]) -> None:
+        self.node = node
+        self.control_plane = control_plane
+        self.files = files
+
+
+def join(code_text: str, *, root: str | os.PathLike[str] = "/", name: str = "",
+         register_timeout: float = REGISTER_TIMEOUT, say: Callable[[str], None] = print,
+         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> JoinResult:
+    layout = Layout(Path(root))
+    try:
+        code = parse_code(code_text)
+    except JoinCodeError as exc:
+        raise JoinError(str(exc)) from None
+    if code.expires_at <= now():
+        raise JoinError(f"this join code expired at {code.expires_at.isoformat()}; make a new one on the control "
+                        "plane with `llmgw ctl node join-code`")
+    node = _node_name(code, name)
+    if layout.agent_yaml.exists():
+        raise JoinError(f"this machine is a node already ({layout.agent_yaml} exists); `llmgw wipe` it first to "
+                        "join again")
+
+    ca_pem, address = _trusted_ca(code, say)
+    request = make_node_request(node)
+    say(f"made this node's key here (it stays on this machine); asking {address} for a certificate as {node!r}")
+    answer = _post_join(address, ca_pem, {"code": code.id, "secret": code.secret, "node": node,
+                                          "csr": request.csr_pem.decode()})
+    cert_pem, planes = answer["cert"].encode(), [str(a) for a in answer.get("control_planes") or []]
+    planes = list(dict.fromkeys([*planes, *code.addresses]))
+
+    files = _write_node_files(layout, node, request.key_pem, cert_pem, ca_pem, planes)
+    for f in files:
+        say(f"wrote {f}")
+    started = time.time()
+    say(_install_agent(layout))
+    control_plane = _wait_registered(layout, started, register_timeout)
+    say(f"node {node} registered with {control_plane}")
+    return JoinResult(node, control_plane, files)
+
+
+def _node_name(code: JoinCode, name: str) -> str:
+    if code.name and name and code.name != name:
+        raise JoinError(f"this join code is for node {code.name!r}; --name {name!r} does not match it")
+    node = code.name or name or socket.gethostname().split(".")[0]
+    try:
+        return validate_node_id(node, what="node name")
+    except InvalidName as exc:
+        raise JoinError(f"{exc}; give one with --name") from None
+
+
+def _trusted_ca(code: JoinCode, say: Callable[[str], None]) -> tuple[bytes, str]:
+    """The CA certificate of the first control plane that answers, once its fingerprint is the code's."""
+    unverified = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE  # only to read the CA, which is then checked against the code
+    problems = []
+    for address in code.addresses:
+        try:
+            with urllib.request.urlopen(f"https://{address}/join/v1/ca", context=unverified,
+                                        timeout=HTTP_TIMEOUT) as r:
+                pem = r.read(1 << 20)
+        except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
+            problems.append(f"{address}: {_reason(exc)}")
+            continue
+        try:
+            seen = ca_fingerprint_of_pem(pem)
+        except Exception:  # noqa: BLE001 - whatever it sent, it is not the CA
+            problems.append(f"{address}: answered with something that is not a CA certificate")
+            continue
+        if seen != code.ca_sha256:
+            raise JoinError(f"the control plane at {address} presents a CA whose SHA-256 is {_colons(seen)}, not "
+                            f"the code's {_colons(code.ca_sha256)}: the code is for another cluster, or someone "
+                            "is in between; refused, nothing written")
+        say(f"{address}: its CA's SHA-256 is the code's ({_colons(seen)[:23]}…)")
+        return pem, address
+    raise JoinError("no control plane in the code answered: " + "; ".join(problems))
+
+
+def _post_join(address: str, ca_pem: bytes, body: dict) -> dict:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # checks the chain to the code's CA and the address
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_verify_locations(cadata=ca_pem.decode())
+    req = urllib.request.Request(f"https://{address}/join/v1", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=HTTP_TIMEOUT) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read()).get("error") or exc.reason
+        except ValueError:
+            message = exc.reason
+        raise JoinError(f"the control plane refused: {message}") from None
+    except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
+        raise JoinError(f"{address}: {_reason(exc)}; nothing written") from None
+
+
+def _write_node_files(layout: Layout, node: str, key_pem: bytes, cert_pem: bytes, ca_pem: bytes,
+                      planes: list[str]) -> list[Path]:
+    from llmgw.pki.certs import _write  # written through a file made with its final mode
+
+    tls = layout.etc / "tls"
+    tls.mkdir(parents=True, exist_ok=True)
+    layout.state.mkdir(parents=True, exist_ok=True)
+    key, cert, ca = tls / "node-key.pem", tls / "node.pem", tls / "ca.pem"
+    _write(key, key_pem, 0o600)
+    _write(cert, cert_pem, 0o644)
+    _write(ca, ca_pem, 0o644)
+    config = {
+        "node_id": node,
+        "control_planes": planes,
+        "tls": {"cert": str(cert), "key": str(key), "ca": str(ca)},
+        "state_dir": str(layout.state),
+        "weights_dir": str(layout.state / "weights"),
+        "engines_dir": str(layout.state / "engines"),
+    }
+    text = ("# Written by `llmgw join`. The mirror, every control plane and the other settings for nodes\n"
+            "# come from the control plane; a key set here wins over what it says.\n")
+    text += "".join(f"{k}: {json.dumps(v)}\n" for k, v in config.items())
+    _write(layout.agent_yaml, text.encode(), 0o644)
+    return [layout.agent_yaml, key, cert, ca]
+
+
+def _agent_argv(layout: Layout) -> list[str]:
+    """The agent's command: this very zipapp, copied to the layout's binary, or this checkout's llmgw."""
+    from llmgw.buildinfo import zipapp_path
+
+    pyz = zipapp_path()
+    config = ["agent", "--config", str(layout.agent_yaml)]
+    if pyz is None:
+        return [sys.executable, "-m", "llmgw", *config]
+    target = layout.binary
+    if Path(pyz).resolve() != target.resolve():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copyfile(pyz, tmp)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    return [sys.executable, str(target), *config]
+
+
+def _install_agent(layout: Layout) -> str:
+    from llmgw.install.service import ServiceError, install_service, start_service
+
+    try:
+        written = install_service(layout, "agent", _agent_argv(layout))
+        return f"{written}; {start_service(layout, 'agent')}"
+    except ServiceError as exc:
+        raise JoinError(f"the node's files are written, but its agent could not be started: {exc}") from None
+
+
+def _wait_registered(layout: Layout, since: float, timeout: float) -> str:
+    path = layout.state / REGISTERED_FILE
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if path.stat().st_mtime >= since - 1:
+                return str(json.loads(path.read_text()).get("control_plane", "a control plane"))
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise JoinError(f"the agent did not register within {timeout:g} s; its log says why: "
+                    f"{layout.log_file('agent')} (or `journalctl -u llmgw-agent`)")
+
+
+def _reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return f"its certificate does not check against the code's CA ({reason.verify_message})"
+    if reason is not None:
+        return str(reason)
+    return str(exc) or type(exc).__name__
+
+
+def _colons(hexdigest: str) -> str:
+    return ":".join(hexdigest[i:i + 2] for i in range(0, len(hexdigest), 2)).upper()
