@@ -494,7 +494,12 @@ class Supervisor:
         shard._settled.set()
 
     async def _answers(self, shard: Shard, within: float) -> bool:
-        """Whether the engine answers 200 on its ready path, trying for up to `within` seconds."""
+        """Whether the engine answers 200 on its ready path, trying for up to `within` seconds.
+
+        A plan without a ready path (a worker rank of a replica over several nodes, which serves no
+        HTTP) answers for as long as its process runs."""
+        if not shard.plan.ready_path:
+            return not shard._exited.is_set()
         url = f"http://{_host_for_url(shard.host)}:{shard.port}{shard.plan.ready_path}"
         headers = {"Authorization": f"Bearer {shard.api_key}"} if shard.api_key else {}
         deadline = time.monotonic() + within

@@ -184,3 +184,15 @@ def test_stat_parsing_survives_odd_command_names(tmp_path):
     assert got == ("S", 42, 42, 7, 3, 123456)
 
 
+
+
+async def test_a_worker_rank_without_a_ready_path_is_up_while_it_runs(make_supervisor):
+    # A headless rank of a replica over several nodes serves no HTTP: running is all it can show.
+    sup = make_supervisor()
+    port = free_port()
+    plan = LaunchPlan(argv=["sleep", "30"], env={}, ready_path="", metrics_path=None)
+    shard = await sup.start("worker", plan, port=port, api_key=KEY, start_timeout=10)
+    assert shard.state == READY
+    os.kill(shard.pid, signal.SIGKILL)
+    await asyncio.wait_for(shard._exited.wait(), 5)
+    assert shard.state == EXITED

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.plugins import hookimpl
-from llmgw.plugins.engine_support import COMMON_ENV, GPU_ENV, ArgPolicy, flag_table, gpu_env
+from llmgw.plugins.engine_support import COMMON_ENV, GPU_ENV, ArgPolicy, flag_table, gpu_env, parallel_sizes
 from llmgw.plugins.engine_versions import dist_version
 from llmgw.plugins.types import Engine, LaunchPlan, LaunchSpec
 
@@ -12,6 +12,7 @@ class SglangEngine(Engine):
     name = "sglang"
     description = "SGLang's server (python -m sglang.launch_server)"
     devices = ("gpu",)
+    multi_node = True
     metrics = {
         "sglang:num_running_reqs": "running",
         "sglang:num_queue_reqs": "waiting",
@@ -60,23 +61,34 @@ class SglangEngine(Engine):
 
     def plan(self, spec: LaunchSpec) -> LaunchPlan:
         python = spec.binary or "python3"
+        tp, pp = parallel_sizes(spec)
         argv = [
             python, "-m", "sglang.launch_server",
             "--model-path", spec.weights,
             "--served-model-name", spec.model,
             "--host", spec.host,
             "--port", str(spec.port),
-            "--tp-size", str(max(1, len(spec.gpus))),
+            "--tp-size", str(tp),
             "--enable-metrics",
         ]
+        if pp > 1:
+            argv += ["--pp-size", str(pp)]
+        worker = spec.nnodes > 1 and spec.node_rank > 0
+        if spec.nnodes > 1:
+            # Every rank runs launch_server; rank 0 serves the API, the others meet it at --dist-init-addr.
+            argv += ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank),
+                     "--dist-init-addr", f"{spec.head_address}:{spec.dist_port}"]
         if spec.context_length:
             argv += ["--context-length", str(spec.context_length)]
         argv += list(spec.args)
         # SGLang takes its key only as a flag; the argv of a root process is
         # readable by local users, so it goes through the environment instead
         # and the agent's launcher expands it (see llmgw.agent).
+        env = {**spec.env, **gpu_env(spec), "HF_HUB_OFFLINE": "1"}
+        if worker:  # serves no HTTP: no key, and it is up while it runs
+            return LaunchPlan(argv=argv, env=env, ready_path="", metrics_path=None)
         argv += ["--api-key", "${LLMGW_ENGINE_API_KEY}"]
-        env = {**spec.env, **gpu_env(spec), "LLMGW_ENGINE_API_KEY": spec.api_key, "HF_HUB_OFFLINE": "1"}
+        env["LLMGW_ENGINE_API_KEY"] = spec.api_key
         return LaunchPlan(argv=argv, env=env, ready_path="/health")
 
     def version(self, binary=None):

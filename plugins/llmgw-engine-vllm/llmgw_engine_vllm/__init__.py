@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw.plugins import hookimpl
-from llmgw.plugins.engine_support import COMMON_ENV, GPU_ENV, ArgPolicy, flag_table, gpu_env
+from llmgw.plugins.engine_support import COMMON_ENV, GPU_ENV, ArgPolicy, flag_table, gpu_env, parallel_sizes
 from llmgw.plugins.engine_versions import dist_version
 from llmgw.plugins.types import Engine, LaunchPlan, LaunchSpec
 
@@ -12,6 +12,7 @@ class VllmEngine(Engine):
     name = "vllm"
     description = "vLLM's OpenAI-compatible server (python -m vllm.entrypoints.openai.api_server)"
     devices = ("gpu",)
+    multi_node = True
     metrics = {
         "vllm:num_requests_running": "running",
         "vllm:num_requests_waiting": "waiting",
@@ -75,19 +76,33 @@ class VllmEngine(Engine):
 
     def plan(self, spec: LaunchSpec) -> LaunchPlan:
         python = spec.binary or "python3"
+        tp, pp = parallel_sizes(spec)
         argv = [
             python, "-m", "vllm.entrypoints.openai.api_server",
             "--model", spec.weights,
             "--served-model-name", spec.model,
             "--host", spec.host,
             "--port", str(spec.port),
-            "--tensor-parallel-size", str(max(1, len(spec.gpus))),
+            "--tensor-parallel-size", str(tp),
         ]
+        if pp > 1:
+            argv += ["--pipeline-parallel-size", str(pp)]
+        worker = spec.nnodes > 1 and spec.node_rank > 0
+        if spec.nnodes > 1:
+            # vLLM's own multiprocessing backend over nodes: every rank runs this server; rank 0 serves
+            # the API and the others join it headless at --master-addr:--master-port.
+            argv += ["--distributed-executor-backend", "mp", "--nnodes", str(spec.nnodes),
+                     "--node-rank", str(spec.node_rank), "--master-addr", spec.head_address,
+                     "--master-port", str(spec.dist_port)]
+            if worker:
+                argv.append("--headless")
         if spec.context_length:
             argv += ["--max-model-len", str(spec.context_length)]
         argv += list(spec.args)
-        env = {**spec.env, **gpu_env(spec), "VLLM_API_KEY": spec.api_key, "VLLM_NO_USAGE_STATS": "1",
-               "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+        env = {**spec.env, **gpu_env(spec), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+        if worker:  # serves no HTTP: no key, and it is up while it runs
+            return LaunchPlan(argv=argv, env=env, ready_path="", metrics_path=None)
+        env["VLLM_API_KEY"] = spec.api_key
         return LaunchPlan(argv=argv, env=env, ready_path="/health")
 
     def version(self, binary=None):
