@@ -161,7 +161,7 @@ def _roce_fabric(pd: str, routes: list[tuple[str, int, int]]) -> str:
         for iface, dest, mask in routes:
             if (not ndev or iface == ndev) and addr & mask == dest:
                 bits = bin(mask).count("1")
-                net = ".".join(str(b) for b in dest.to_bytes(4, "little"))
+                net = ".".join(str(b) for b in dest.to_bytes(4, "big"))
                 return f"roce:{net}/{bits}"
     return ""
 
