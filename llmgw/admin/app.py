@@ -116,7 +116,15 @@ def make_admin_app(
         app.cleanup_ctx.append(watch_file)
     if token is None:
         app.on_startup.append(_load_token)
+    app.on_startup.append(_open_audit_journal)
     return app
+
+
+async def _open_audit_journal(app: web.Application) -> None:
+    """The audit journal beside the store, its room reserved now, before a disk can fill (llmgw.admin.audit_journal)."""
+    from llmgw.admin import audit_journal
+
+    audit_journal.prepare(app[ADMIN].store)
 
 
 async def _load_token(app: web.Application) -> None:

@@ -59,16 +59,22 @@ async def record(
     reason: str | None = None,
     status: int | None = None,
 ) -> AuditEvent | None:
-    """Append one event; a failure to write it is logged, never raised (the change has happened)."""
+    """Append one event; a failure to write it is logged, never raised (the change has happened), and the
+    event is kept in the audit journal beside the store, written with the next event the store takes."""
     detail: dict[str, Any] = {"via": via, "outcome": outcome, "fields": redact(dict(fields or {}))}
     if reason is not None:
         detail["reason"] = reason[:_MAX_TEXT]
     if status is not None:
         detail["status"] = status
+    from llmgw.admin import audit_journal
+
+    await audit_journal.replay(store)
     try:
         return await store.append_audit(actor, action, target[:500], detail)
     except Exception as exc:  # noqa: BLE001 - the audit must not turn a done change into an error
-        log.error("audit event not written: %s", exc, extra={"fields": {"action": action, "target": target}})
+        kept = audit_journal.keep(store, actor, action, target[:500], detail)
+        log.error("audit event not written to the store%s: %s", "; kept in the audit journal" if kept else "", exc,
+                  extra={"fields": {"action": action, "target": target}})
         return None
 
 
@@ -88,7 +94,10 @@ class AuditedStore:
     async def append_audit(
         self, actor: str, action: str, target: str, detail: Mapping[str, Any] | None = None
     ) -> AuditEvent:
+        from llmgw.admin import audit_journal
+
         merged = {**redact(dict(detail or {})), "via": self._via, "outcome": "ok", "fields": self._fields}
+        await audit_journal.replay(self._store)  # events kept while the store refused them go first
         event = await self._store.append_audit(actor, action, target, merged)
         self.written += 1
         return event

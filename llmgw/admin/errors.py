@@ -10,7 +10,7 @@ from aiohttp import web
 
 from llmgw.admin.cluster_api import ClusterError, ClusterInvalid
 from llmgw.admin.convert import BadRequest
-from llmgw.store import Conflict, Invalid, NotFound, StoreError, StoreUnavailable
+from llmgw.store import Conflict, Invalid, NotFound, StoreError, StoreUnavailable, WritesRefused
 
 log = logging.getLogger("llmgw.admin")
 
@@ -46,6 +46,8 @@ def refusal_of(exc: BaseException) -> ApiError:
         return ApiError(404, str(exc))
     if isinstance(exc, Conflict):
         return ApiError(409, str(exc))
+    if isinstance(exc, WritesRefused):
+        return ApiError(503, f"the store refuses writes, so nothing was changed: {exc}")
     if isinstance(exc, StoreUnavailable):
         return ApiError(503, f"the store does not answer: {exc}")
     if isinstance(exc, StoreError):

@@ -153,6 +153,10 @@ async def _owned_parts(config: ServerConfig, given_store: Store | None, app: web
             gateway.accountant = _make_accountant(config, store)
             await _call(gateway.accountant, "start")
             started.append(gateway.accountant)
+            if gateway.metrics is not None:
+                from llmgw.accounting.store_metrics import StoreWriteCollector
+
+                gateway.metrics.registry.register(StoreWriteCollector(store, gateway.accountant))
         yield
     finally:
         for part in reversed(started):

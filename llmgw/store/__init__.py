@@ -17,6 +17,7 @@ from .errors import (
     StoreError,
     StoreTooNew,
     StoreUnavailable,
+    WritesRefused,
 )
 from .records import (
     BUDGET_PERIODS,
@@ -78,6 +79,7 @@ __all__ = [
     "StoreError",
     "StoreTooNew",
     "StoreUnavailable",
+    "WritesRefused",
     "StoredResponse",
     "Team",
     "UsageRow",

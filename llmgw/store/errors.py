@@ -34,3 +34,8 @@ class StoreTooNew(StoreError):
 
 class StoreUnavailable(StoreError):
     """The database could not be reached, even after reconnecting once."""
+
+
+class WritesRefused(StoreUnavailable):
+    """The database answers but refuses to write: its disk is full, or its file or folder is read-only.
+    Reads still work; writes work again once the operator frees space or makes it writable."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import asyncpg
 
-from .errors import Conflict, Invalid, StoreError, StoreUnavailable
+from .errors import Conflict, Invalid, StoreError, StoreUnavailable, WritesRefused
 from .migrate import SCHEMA_MIGRATIONS_DDL, Migration, run_migrations
 from .sql_catalog import SQLCatalog
 from .sql_client_data import SQLClientData
@@ -203,6 +203,8 @@ class PostgresStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponse
                 raise Conflict(f"already exists: {e.detail or e}") from e
             except asyncpg.IntegrityConstraintViolationError as e:
                 raise Invalid(f"refused by the database: {e.detail or e}") from e
+            except asyncpg.InsufficientResourcesError as e:  # disk full, out of memory: writes work again once fixed
+                raise WritesRefused(f"postgres: the database refuses writes: {e}") from e
             except _RETRYABLE as e:
                 if attempt == 2:
                     raise StoreError(f"postgres: {e}") from e
@@ -219,7 +221,13 @@ class PostgresStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponse
         raise AssertionError("unreachable")
 
     async def _write(self, work: Work[T]) -> T:
-        return await self._run(work, readonly=False)
+        try:
+            return await self._run(work, readonly=False)
+        except (Conflict, Invalid):
+            raise
+        except StoreError:
+            self.write_errors += 1
+            raise
 
     async def _read(self, work: Work[T]) -> T:
         return await self._run(work, readonly=True)

@@ -158,6 +158,8 @@ class SQLStoreBase(Store):
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or utcnow
         self._schema_version = 0
+        #: writes that failed for the store's sake (not a refusal of the input): llmgw_store_write_errors_total
+        self.write_errors = 0
 
     # ---- what a backend provides -------------------------------------------
 

@@ -2,7 +2,10 @@
 single control plane.
 
 WAL journal, foreign keys on, a busy timeout for other processes (``llmgw
-users`` run beside a server). Writes go through one connection, one
+users`` run beside a server), no memory-mapped I/O on the database file
+(``mmap_size = 0``; WAL's small index file, ``-shm``, is mapped by SQLite
+itself and must stay writable). A disk that is full or a file made read-only
+is ``WritesRefused``: reads go on, and writes work again once it is fixed. Writes go through one connection, one
 transaction at a time, serialised by an asyncio.Lock; reads use a second
 connection, which WAL lets read while a write is in progress.
 """
@@ -18,7 +21,7 @@ from typing import Any
 
 import aiosqlite
 
-from .errors import Conflict, Invalid, StoreError, StoreUnavailable
+from .errors import Conflict, Invalid, StoreError, StoreUnavailable, WritesRefused
 from .migrate import SCHEMA_MIGRATIONS_DDL, Migration, run_migrations
 from .sql_catalog import SQLCatalog
 from .sql_client_data import SQLClientData
@@ -68,6 +71,12 @@ def _translate(e: sqlite3.Error) -> StoreError:
         if "UNIQUE" in text or "PRIMARY KEY" in text:
             return Conflict(f"already exists ({text})")
         return Invalid(f"refused by the database: {text}")
+    lower = text.lower()
+    if "disk is full" in lower:
+        return WritesRefused(f"sqlite: the store's disk is full ({text}); free space there and writes resume")
+    if "readonly" in lower or "read-only" in lower or "disk i/o error" in lower:
+        return WritesRefused(f"sqlite: the store's file cannot be written ({text}); check that it and its folder"
+                             " are writable (mount, chattr -i, chmod) and writes resume")
     if isinstance(e, sqlite3.OperationalError) and "locked" in text:
         return StoreUnavailable(
             f"sqlite: the database stayed locked by another process for {BUSY_TIMEOUT_MS} ms ({text})"
@@ -143,7 +152,13 @@ class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses,
     async def _write(self, work: Work[T]) -> T:
         # IMMEDIATE takes the write lock at once, so another process's writer
         # waits on the busy timeout instead of failing half-way.
-        return await self._run(self._writer, self._write_lock, "BEGIN IMMEDIATE", work)
+        try:
+            return await self._run(self._writer, self._write_lock, "BEGIN IMMEDIATE", work)
+        except (Conflict, Invalid):
+            raise
+        except StoreError:
+            self.write_errors += 1
+            raise
 
     async def _read(self, work: Work[T]) -> T:
         return await self._run(self._reader, self._read_lock, "BEGIN", work)
@@ -194,6 +209,9 @@ async def _connect_once(target: str, *, memory: bool) -> aiosqlite.Connection:
         conn.row_factory = sqlite3.Row
         await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         await conn.execute("PRAGMA foreign_keys = ON")
+        # No memory-mapped reads of the database file: a mapped file whose disk fails, fills or is made
+        # read-only kills the process with SIGBUS instead of failing a call.
+        await conn.execute("PRAGMA mmap_size = 0")
         if not memory:
             async with conn.execute("PRAGMA journal_mode = WAL") as cur:
                 row = await cur.fetchone()
