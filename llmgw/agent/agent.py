@@ -16,16 +16,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import ssl
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import aiohttp
+import attrs
 
 from llmgw import __version__
 from llmgw.agent import discovery
 from llmgw.agent.engine_install import INSTALLABLE, EngineInstaller, InstallError
+from llmgw.agent.engine_user import (
+    ENGINE_USER, EngineUserError, engine_user, listen_address, make_reachable, runnable_argv,
+)
 from llmgw.agent.engines import NodeEngines
 from llmgw.agent.llamacpp_output import describe_placement, gpu_placement_problem, read_llama_placement
 from llmgw.agent.procs import LogRing, read_last_lines
@@ -79,7 +84,8 @@ class Agent:
         self.node_id = config.node_id or socket.gethostname().split(".")[0]
         self.state_dir = Path(config.state_dir)
         self.ports = parse_port_range(config.engine_ports)
-        self.engine_host = config.engine_host or "0.0.0.0"
+        # One address, never every one: the configured one, else where the control plane is reached from.
+        self.engine_host = listen_address(config.engine_host, config.control_planes)
         self.start_timeout = config.engine_start_timeout.total_seconds()
         if ssl_context is None and not config.insecure:
             from llmgw.pki.tls import ssl_client_context
@@ -121,6 +127,7 @@ class Agent:
         try:
             for d in (self.state_dir, Path(self.config.weights_dir), Path(self.config.engines_dir)):
                 d.mkdir(parents=True, exist_ok=True)
+            await self._choose_engine_user()
             adopted = await self.supervisor.adopt(check_for=lambda s: self._ready_check(s.engine, s.gpus))
             if adopted:
                 log.info("took over %d shard(s) from the agent before", len(adopted))
@@ -139,6 +146,29 @@ class Agent:
             await self.weights.close()
             logging.getLogger("llmgw").removeHandler(self._own_log)
         return RESTART if self._restart else STOPPED_RUN
+
+    async def _choose_engine_user(self) -> None:
+        """Who engines run as: llmgw's own unprivileged user when the agent is root; said in the log either way."""
+        if os.geteuid() == 0 and not self.config.engine_user:
+            log.warning("engine_user is empty: engines run as root, as the agent, and a model's engine can do "
+                        "anything root can; engines listen on %s", self.engine_host)
+            self.supervisor.run_as = None
+            return
+        home = self.state_dir / "engine-home"
+        user = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: engine_user(self.config.engine_user or ENGINE_USER, home=home))
+        if user.is_self:
+            log.info("the agent is not root: engines run as its own user, %s; engines listen on %s",
+                     user.name, self.engine_host)
+            self.supervisor.run_as = None
+            return
+        home.mkdir(exist_ok=True)
+        os.chown(home, user.uid, user.gid)
+        os.chmod(home, 0o700)
+        for problem in make_reachable((self.config.weights_dir, self.config.engines_dir), user):
+            log.warning("%s", problem)
+        self.supervisor.run_as = user
+        log.info("engines run as %s (uid %d), not root; engines listen on %s", user.name, user.uid, self.engine_host)
 
     async def stop(self, *, stop_engines: bool = False) -> None:
         """End `run()`. Engines keep serving unless `stop_engines` (what `llmgw up` wants on Ctrl-C)."""
@@ -359,6 +389,10 @@ class Agent:
         have_gpus = set(device_numbers(self.inventory))
         missing = sorted(set(msg.gpus) - have_gpus)
         if missing:
+            in_mig = sorted({g.index for g in (self.inventory.gpus if self.inventory else ()) if g.mig_enabled}
+                            & set(missing))
+            if in_mig:
+                raise _StartRefused(f"GPU {in_mig} is in MIG mode: only its MIG instances can be given to an engine")
             raise _StartRefused(f"GPU {missing} is not on this node (it has {sorted(have_gpus) or 'no GPUs'})")
         if not msg.api_key:
             why = "api_key_ref is not something this agent can resolve" if msg.api_key_ref else "it has no api_key"
@@ -370,10 +404,6 @@ class Agent:
             try:
                 path = await self.weights.ensure(msg.weights.source, sha256=msg.weights.sha256,
                                                  size=msg.weights.size_bytes, model=msg.model, progress=self._send)
-            in_mig = sorted({g.index for g in (self.inventory.gpus if self.inventory else ()) if g.mig_enabled}
-                            & set(missing))
-            if in_mig:
-                raise _StartRefused(f"GPU {in_mig} is in MIG mode: only its MIG instances can be given to an engine")
             except WeightsError as exc:
                 raise _StartRefused(f"weights: {exc}") from None
             weights_path = str(path)
@@ -392,6 +422,13 @@ class Agent:
         if any(msg.api_key in arg for arg in plan.argv):
             raise _StartRefused(f"the {msg.engine} plugin put the engine's key on its command line, which every "
                                 "user of the node can read; refused (it belongs in the environment)")
+        user = self.supervisor.run_as
+        if user is not None and not user.is_self:
+            try:
+                argv = runnable_argv(plan.argv, weights_path, user, self.config.engines_dir, msg.engine)
+            except EngineUserError as exc:
+                raise _StartRefused(str(exc)) from None
+            plan = attrs.evolve(plan, argv=argv)
         return plan, weights_path, port
 
     def _take_port(self) -> int | None:

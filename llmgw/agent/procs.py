@@ -27,6 +27,8 @@ from typing import Iterable, Mapping, Sequence
 
 import attrs
 
+from llmgw.agent.engine_user import EngineUser
+
 __all__ = [
     "ProcessIdentity", "LaunchError", "identify", "is_alive", "group_members", "signal_group",
     "expand_argv", "engine_environment", "launch", "LogRing", "LogTail", "read_last_lines", "boot_id",
@@ -209,11 +211,13 @@ def engine_environment(plan_env: Mapping[str, str], base: Mapping[str, str] | No
 
 
 def launch(argv: Sequence[str], env: Mapping[str, str], log_path: Path, *, cwd: Path | None = None,
-           header: str = "") -> subprocess.Popen:
+           header: str = "", user: EngineUser | None = None) -> subprocess.Popen:
     """Start `argv` in a new session, stdout and stderr appended to `log_path`, stdin from /dev/null.
 
     The engine writes to the file itself: with no pipe to the agent, the
     agent's death cannot break its output (a pipe would, with SIGPIPE).
+    The agent opens the file, so an engine running as `user` (another
+    account than the agent's) writes to it without being able to open it.
     """
     if not argv:
         raise LaunchError("the launch plan has an empty command line")
@@ -230,9 +234,12 @@ def launch(argv: Sequence[str], env: Mapping[str, str], log_path: Path, *, cwd: 
     try:
         if header:
             os.write(fd, header.encode("utf-8", "replace"))
+        as_user = {}
+        if user is not None and not user.is_self:
+            as_user = {"user": user.uid, "group": user.gid, "extra_groups": list(user.groups)}
         return subprocess.Popen(
             [program, *argv[1:]], env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-            start_new_session=True, close_fds=True,
+            start_new_session=True, close_fds=True, **as_user,
         )
     except OSError as exc:
         raise LaunchError(f"could not run {program}: {exc.strerror or exc}") from exc

@@ -32,6 +32,7 @@ import aiohttp
 import attrs
 
 from llmgw.agent import procs
+from llmgw.agent.engine_user import EngineUser, as_engine_user
 from llmgw.agent.procs import LaunchError, LogRing, LogTail, ProcessIdentity
 from llmgw.plugins.types import LaunchPlan
 from llmgw.tasks import cancel_and_wait
@@ -168,8 +169,11 @@ class Supervisor:
         log_keep: int = 3,
         poll_interval: float = 0.25,
         ready_interval: float = 0.5,
+        run_as: EngineUser | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
+        #: who engines run as (None: as the agent)
+        self.run_as = run_as
         self.records_dir = self.state_dir / "shards"
         self.logs_dir = self.state_dir / "logs"
         self.ring_size = ring_size
@@ -250,6 +254,8 @@ class Supervisor:
         try:
             argv = procs.expand_argv(plan.argv, plan.env)
             env = procs.engine_environment({**plan.env, SHARD_ENV: shard_id})
+            if self.run_as is not None and not self.run_as.is_self:
+                env = as_engine_user(env, self.run_as)
             self._write(shard)  # before the process exists: a crash in between leaves a findable record
             shard._tail = LogTail(shard.log_path, shard.ring, max_bytes=self.log_max_bytes, keep=self.log_keep)
             shard._tail.start_at_end(0)
@@ -257,7 +263,7 @@ class Supervisor:
                       f"{' '.join(plan.argv)}\n")
             loop = asyncio.get_running_loop()
             launching = loop.run_in_executor(
-                None, lambda: procs.launch(argv, env, shard.log_path, cwd=cwd, header=header))
+                None, lambda: procs.launch(argv, env, shard.log_path, cwd=cwd, header=header, user=self.run_as))
             try:
                 shard._popen = await asyncio.shield(launching)
             except asyncio.CancelledError:

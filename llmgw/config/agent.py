@@ -76,8 +76,14 @@ class AgentConfig:
     )
     log_ring_size: int = setting(2000, doc="Lines of each engine's output kept in memory for llmgw ctl logs.")
     engine_host: str = setting(
-        "0.0.0.0",
-        doc="The address engines listen on; 0.0.0.0 is every address, one address keeps them off the others.",
+        "",
+        doc="The one address engines listen on; empty is the address this node reaches its first control plane "
+            "from (127.0.0.1 when that is on this machine). Every address (0.0.0.0, ::) is refused.",
+    )
+    engine_user: str = setting(
+        "llmgw-engine",
+        doc="The user engines run as when the agent runs as root (made with useradd --system when missing); "
+            "empty runs them as root, as the agent. An agent that is not root runs them as itself.",
     )
     engine_ports: str = setting(
         "20000-20999", doc="The ports engines listen on, one per shard, as FIRST-LAST."

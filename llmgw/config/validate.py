@@ -519,6 +519,9 @@ def check_agent(config: AgentConfig) -> list[Problem]:
             problems.append(Problem((key,), "empty; give a directory"))
     if config.mirror:
         problems += _url(("mirror",), config.mirror, "the mirror's address")
+    if config.engine_host.strip() in ("0.0.0.0", "::", "[::]"):
+        problems.append(Problem(("engine_host",), f"{config.engine_host} is every address of the node; give the "
+                                                  "one the control planes reach it on, or leave it empty for that"))
     for key in config.labels:
         if not key.strip():
             problems.append(Problem(("labels",), "a label with an empty name"))

@@ -85,10 +85,21 @@ def _card_problem(g: GpuInfo) -> str:
 def node_devices(gpus: Sequence[GpuInfo]) -> tuple[Device, ...]:
     """Every device of a node's cards, usable or kept out, in card order (worked out once per set of cards)."""
     key = tuple(gpus)
+    # Placement asks for the same node's cards many times a pass: the very tuple is found without hashing it.
+    seen = _by_identity.get(id(key))
+    if seen is not None and seen[0] is key:
+        return seen[1]
     try:
-        return _devices_of(key)
+        found = _devices_of(key)
     except TypeError:  # something unhashable in a reading: worked out each time
         return _devices_of.__wrapped__(key)
+    if len(_by_identity) >= 8192:
+        _by_identity.clear()
+    _by_identity[id(key)] = (key, found)
+    return found
+
+
+_by_identity: dict[int, tuple[tuple[GpuInfo, ...], tuple[Device, ...]]] = {}
 
 
 @functools.lru_cache(maxsize=4096)

@@ -83,7 +83,10 @@ class Layout:
     def make(self) -> None:
         for folder in (self.root, self.agent_dir, self.models, self.logs):
             folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)  # the key and the token live here
+        # The key, the token and the store are files of mode 0600; others may pass through DIR (not list it)
+        # to reach the agent's folder and the models, as the engine user must.
+        os.chmod(self.root, 0o711)
+        os.chmod(self.logs, 0o700)
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -167,9 +170,9 @@ def server_yaml(layout: Layout, ports: Ports, *, engine: str, model: str, source
     return "\n".join(lines)
 
 
-def agent_yaml(layout: Layout, ports: Ports) -> str:
+def agent_yaml(layout: Layout, ports: Ports, *, engines_as_root: bool = False) -> str:
     agent = layout.agent_dir
-    return "\n".join([
+    lines = [
         "# Written by `llmgw up`; rewritten at each start.",
         f"node_id: {NODE_ID}",
         f"control_planes: [{_q(f'127.0.0.1:{ports.agent}')}]",
@@ -178,8 +181,34 @@ def agent_yaml(layout: Layout, ports: Ports) -> str:
         f"weights_dir: {_q(str(agent / 'weights'))}",
         f"engines_dir: {_q(str(agent / 'engines'))}",
         "engine_host: 127.0.0.1",
-        "",
-    ])
+    ]
+    if engines_as_root:
+        lines.append('engine_user: ""  # what the engine runs from is closed to other users (see up\'s output)')
+    return "\n".join([*lines, ""])
+
+
+def engine_user_blocked(layout: Layout, engine: str) -> str | None:
+    """Why, when `up` runs as root, the engine could not run as llmgw-engine here; None when it can.
+
+    The engine user must reach the agent's folder and, for the sim engine
+    (llmgw itself), the Python running it and llmgw's files.
+    """
+    import sys
+
+    import llmgw
+    from llmgw.agent.engine_user import EngineUser, unreachable_part
+
+    if os.geteuid() != 0:
+        return None
+    stranger = EngineUser(name="llmgw-engine", uid=2**31 - 2, gid=2**31 - 2)
+    needed = [layout.agent_dir]
+    if engine == "sim":
+        needed += [Path(sys.executable), Path(os.__file__).parent, Path(llmgw.__file__).parent]
+    for path in needed:
+        blocked = unreachable_part(path, stranger)
+        if blocked is not None:
+            return f"{blocked} is closed to other users"
+    return None
 
 
 def write_private(path: Path, text: str) -> None:

@@ -39,6 +39,7 @@ from llmgw.up.layout import (
     Ports,
     agent_yaml,
     choose_ports,
+    engine_user_blocked,
     model_name_for,
     server_yaml,
     write_private,
@@ -239,7 +240,11 @@ async def _run_locked(opts: UpOptions, layout: Layout, on_ready: Callable[[UpInf
     source = await prepare_llamacpp(opts, layout, say) if opts.engine == "llamacpp" else ""
     model = model_name_for(opts.engine, opts.model_file)
     write_private(layout.server_yaml, server_yaml(layout, ports, engine=opts.engine, model=model, source=source))
-    write_private(layout.agent_yaml, agent_yaml(layout, ports))
+    blocked = engine_user_blocked(layout, opts.engine)
+    if blocked:
+        say(f"the engine runs as root, not as the user llmgw-engine: {blocked} (give --dir in a folder others "
+            "may pass through to change that)")
+    write_private(layout.agent_yaml, agent_yaml(layout, ports, engines_as_root=bool(blocked)))
     token = ensure_token(layout.admin_token)
     key = await ensure_api_key(layout)
 

@@ -91,6 +91,9 @@ def inventory(gpus: int = 0) -> discovery.Inventory:
 
 def make_agent(tmp: Path, cp: FakeControlPlane, *, gpus: int = 0, plugins: Any = None, **config: Any) -> Agent:
     first = free_port()
+    # The test's Python may live where no other user can read it (pyenv under /root): engines run as the
+    # agent here; tests/agent/test_agent_engine_user_slow.py starts them as llmgw-engine.
+    config.setdefault("engine_user", "")
     cfg = AgentConfig(
         node_id="node-1", control_planes=[cp.address], insecure=True, state_dir=str(tmp / "state"),
         weights_dir=str(tmp / "weights"), engines_dir=str(tmp / "engines"), engine_host="127.0.0.1",

@@ -83,7 +83,7 @@ def test_a_standby_on_postgresql_takes_over_and_the_agent_follows(tmp_path, post
     a_ports = write_server(tmp_path / "a.yaml", dsn, "a")
     b_ports = write_server(tmp_path / "b.yaml", dsn, "b")
     (tmp_path / "agent.yaml").write_text(json.dumps({
-        "node_id": "node-1", "insecure": True, "engine_host": "127.0.0.1",
+        "node_id": "node-1", "insecure": True, "engine_host": "127.0.0.1", "engine_user": "",
         "control_planes": [f"127.0.0.1:{a_ports['agent']}", f"127.0.0.1:{b_ports['agent']}"],
         "state_dir": str(tmp_path / "agent"), "weights_dir": str(tmp_path / "agent" / "w"),
         "engines_dir": str(tmp_path / "agent" / "e"),

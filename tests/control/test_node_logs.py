@@ -38,7 +38,7 @@ def real_agent(tmp_path, port: int) -> Agent:
     first = free_port()
     config = AgentConfig(
         node_id="node-1", control_planes=[f"127.0.0.1:{port}"], insecure=True, state_dir=str(tmp_path / "state"),
-        weights_dir=str(tmp_path / "weights"), engines_dir=str(tmp_path / "engines"), engine_host="127.0.0.1",
+        weights_dir=str(tmp_path / "weights"), engines_dir=str(tmp_path / "engines"), engine_host="127.0.0.1", engine_user="",
         engine_ports=f"{first}-{first + 10}", heartbeat_interval=Duration(seconds=0.2),
     )
 
