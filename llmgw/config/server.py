@@ -206,6 +206,32 @@ class BatchConfig:
 
 
 @attrs.frozen
+class ClientLimits:
+    """What one client may take of the client API: its connections, how slowly it may send, how deep its JSON."""
+
+    header_timeout: Duration = setting(
+        Duration(seconds=10),
+        doc="Longest a connection may take to send a request's headers; a slower one is closed (slowloris).",
+    )
+    body_timeout: Duration = setting(
+        Duration(seconds=60),
+        doc="Longest a JSON body may take to arrive, and longest an upload may pause between two pieces; then 408.",
+    )
+    idle_timeout: Duration = setting(
+        Duration(seconds=75), doc="Longest a kept-alive connection may sit idle between requests before it is closed."
+    )
+    max_connections: int = setting(
+        4096, doc="Open connections to the client API in all; past it a new one is answered 503 with Retry-After."
+    )
+    max_connections_per_client: int = setting(
+        256, doc="Open connections from one address; past it that address is answered 503 with Retry-After."
+    )
+    max_json_depth: int = setting(
+        64, doc="How deeply objects and arrays may nest in a JSON body; deeper is refused with 400."
+    )
+
+
+@attrs.frozen
 class RouterConfig:
     """The client API: how requests reach a replica and come back."""
 
@@ -229,6 +255,7 @@ class RouterConfig:
     affinity: AffinityConfig = section(AffinityConfig, doc="Keeping related requests on one replica.")
     cache: CacheConfig = section(CacheConfig, doc="The answer cache's memory.")
     batch: BatchConfig = section(BatchConfig, doc="The Files and Batch APIs.")
+    clients: ClientLimits = section(ClientLimits, doc="Limits on what one client may take.")
 
 
 @attrs.frozen

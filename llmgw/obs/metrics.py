@@ -110,6 +110,8 @@ class GatewayMetrics:
                                ["model"], registry=reg)
         self.fallbacks = Counter("llmgw_fallbacks", "Requests answered by a fallback model, and why.",
                                  ["model", "served", "reason"], registry=reg)
+        self.http_errors = Counter("llmgw_http_errors", "Requests the gateway failed on itself (status 500), by route.",
+                                   ["route"], registry=reg)
         self._live = _LiveCollector()
         reg.register(self._live)
 

@@ -53,9 +53,16 @@ async def request_ids_and_errors(request: web.Request, handler) -> web.StreamRes
         return GatewayError(exc.status, code, message).response()
     except Exception:
         log.exception("request failed", extra={"fields": {"request_id": request[REQUEST_ID], "path": request.path}})
+        request.app[GATEWAY].metrics.http_errors.labels(_route_of(request)).inc()
         return GatewayError(500, "internal_error",
                             f"the gateway failed on this request; quote request id {request[REQUEST_ID]}",
                             type="server_error").response()
+
+
+def _route_of(request: web.Request) -> str:
+    """The route's template (/v1/files/{file_id}), so a client's ids do not become series."""
+    info = request.match_info.route.resource
+    return info.canonical if info is not None else "unmatched"
 
 
 async def _stamp_ids(request: web.Request, response: web.StreamResponse) -> None:

@@ -114,7 +114,7 @@ async def create_batch(request: web.Request) -> web.Response:
     if no_store(gw, principal):
         raise bad_request("a guardrails policy with no_store applies to this key: the gateway keeps no batches for it",
                           code="no_store")
-    body = await read_json_object(request, "a batch")
+    body = await read_json_object(request, "a batch", "batch")
     endpoint = body.get("endpoint")
     if endpoint not in ENDPOINTS:
         raise bad_request(f"endpoint: {endpoint!r} is not one a batch runs; use one of {', '.join(ENDPOINTS)}",

@@ -205,15 +205,15 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
     return web.Response(status=status, body=dumps(value), content_type=JSON, headers=headers)
 
 
-async def read_json_object(request: web.Request, what: str) -> dict:
-    from llmgw.router.errors import loads
+async def read_json_object(request: web.Request, what: str, operation: str | None = None) -> dict:
+    """The body as a JSON object, through every check of llmgw.router.body (and `operation`'s schema)."""
+    from llmgw.router.body import read_json_body
 
     try:
-        body = loads(await request.read())
-    except ValueError:
-        raise bad_request(f"{what}: the body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise bad_request(f"{what}: the body must be a JSON object", code="invalid_json")
+        _, body = await read_json_body(request, request.app[GATEWAY], operation)
+    except GatewayError as exc:
+        exc.message = f"{what}: {exc.message}"
+        raise
     return body
 
 

@@ -31,6 +31,7 @@ from llmgw.router.anthropic import (
     message_from_chat,
     to_chat,
 )
+from llmgw.router.body import read_json_body
 from llmgw.router.errors import JSON, GatewayError, bad_request, dumps, loads
 from llmgw.router.gateway import GATEWAY, Gateway
 from llmgw.router.pipeline import serve
@@ -47,6 +48,8 @@ TOKENIZE_TRIES = 2
 
 class MessagesDialect:
     """One /v1/messages request: translated to a chat completion, its answer back to a Message."""
+
+    operation = "messages"  # its schema (llmgw.router.request_schemas)
 
     def __init__(self) -> None:
         self.model = ""
@@ -98,7 +101,7 @@ async def count_tokens(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     try:
         principal = await gw.authenticate(request)
-        body = await _read_json(request, gw)
+        _, body = await read_json_body(request, gw, "count_tokens")
         asked = body.get("model")
         if not isinstance(asked, str) or not asked:
             raise bad_request("model: name a model; GET /v1/models lists the ones your key may use", param="model")
@@ -114,24 +117,6 @@ async def count_tokens(request: web.Request) -> web.Response:
         return error_response(exc)
     count = await count_prompt(gw, model, chat)
     return web.Response(body=dumps({"input_tokens": count}), content_type=JSON)
-
-
-async def _read_json(request: web.Request, gw: Gateway) -> dict:
-    limit = gw.config.router.max_body_bytes
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raw = None
-    if raw is None or len(raw) > limit:
-        raise GatewayError(413, "request_too_large",
-                           f"the request body is larger than {int(limit)} bytes (router.max_body_bytes)")
-    try:
-        body = loads(raw)
-    except ValueError:
-        raise bad_request("the request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object", code="invalid_json")
-    return body
 
 
 async def count_prompt(gw: Gateway, model: str, chat: dict) -> int:

@@ -42,6 +42,8 @@ def make_response_log(app: web.Application) -> ResponseLog:
 class ResponsesDialect:
     """One /v1/responses request: translated to a chat completion, its answer back to a response."""
 
+    operation = "responses"  # its schema (llmgw.router.request_schemas)
+
     def __init__(self, gw: Gateway, responses: ResponseLog) -> None:
         self.gw = gw
         self.responses = responses

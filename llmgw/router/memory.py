@@ -122,7 +122,7 @@ async def forget(book: Notebook, key: str) -> None:
 
 async def put_note(request: web.Request) -> web.Response:
     book = await notebook(request)
-    body = await read_json_object(request, "a note")
+    body = await read_json_object(request, "a note", "memory_note")
     if "text" not in body:
         raise bad_request("a note needs its `text`", param="text")
     note, created = await remember(book, request.match_info["key"], body.get("text"), body.get("tags"))

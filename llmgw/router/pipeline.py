@@ -27,6 +27,7 @@ from llmgw.obs import logs
 from llmgw.router import cache as answer_cache
 from llmgw.router import threads
 from llmgw.router.admission import Grant, NoReplica, QueueFull
+from llmgw.router.body import read_json_body
 from llmgw.router.choose import Want, prefix_hashes, prompt_text
 from llmgw.router.client_data import end_hooks, saw_answer, wrap_stream
 from llmgw.router.dialects import Dialect
@@ -38,7 +39,6 @@ from llmgw.router.errors import (
     GatewayError,
     bad_request,
     dumps,
-    loads,
 )
 from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, Gateway
 from llmgw.router.proxy import UpstreamFailure, first_events, read_whole, relay_stream
@@ -108,7 +108,7 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
     grants: list[Grant] = []
     try:
         call.principal = await gw.authenticate(request)
-        body_bytes, body = await _read_body(request, gw)
+        body_bytes, body = await read_json_body(request, gw, getattr(dialect, "operation", None) or kind)
         if dialect is not None:
             body = await dialect.chat_body(body, call.principal)
             body_bytes = dumps(body)
@@ -153,6 +153,18 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
     except asyncio.CancelledError:
         call.status, call.outcome = CLIENT_CLOSED, CANCELLED
         raise
+    except Exception:  # a fault of ours: a 500 with the request id, recorded as an error, never as ok
+        call.status, call.outcome, call.code = 500, ERROR, "internal_error"
+        log.exception("request failed", extra={"fields": {"request_id": call.request_id, "path": request.path}})
+        gw.metrics.http_errors.labels(call.path).inc()
+        if call.first_at is not None:  # part of the answer is out: the connection is cut instead
+            raise
+        exc = GatewayError(500, "internal_error",
+                           f"the gateway failed on this request; quote request id {call.request_id}",
+                           outcome=ERROR, type="server_error")
+        if dialect is not None:
+            return dialect.error_response(exc, _answer_headers(call))
+        return exc.response(_answer_headers(call))
     finally:
         for grant in grants:
             gw.admission.release(grant)
@@ -161,27 +173,6 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
 
 
 # ---------------------------------------------------------------- reading the request
-
-
-async def _read_body(request: web.Request, gw: Gateway) -> tuple[bytes, dict]:
-    limit = gw.config.router.max_body_bytes
-    too_big = GatewayError(413, "request_too_large",
-                           f"the request body is larger than {int(limit)} bytes (router.max_body_bytes)")
-    if request.content_length is not None and request.content_length > limit:
-        raise too_big
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise too_big from None
-    if len(raw) > limit:
-        raise too_big
-    try:
-        body = loads(raw)
-    except ValueError:
-        raise bad_request("the request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object", code="invalid_json")
-    return raw, body
 
 
 def _read_request(call: Call, request: web.Request, body: dict) -> None:

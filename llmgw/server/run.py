@@ -29,6 +29,7 @@ from llmgw.server.app import (
     make_metrics_app,
     watch_cluster_settings,
 )
+from llmgw.server.limits import ClientRunner
 from llmgw.store import Store, open_store
 
 log = logs.get("llmgw.server")
@@ -89,7 +90,9 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
     from llmgw.control.wiring import attach_control_plane
     attach_control_plane(app, config, config_path=config_path)
     # ---- end of the control plane
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=drain_seconds, access_log=None)
+    # router.clients: header and idle timeouts, connection caps (llmgw.server.limits)
+    runner = ClientRunner(app, config.router.clients, handler_cancellation=True, shutdown_timeout=drain_seconds,
+                          access_log=None)
     metrics_runner: web.AppRunner | None = None
     try:
         await runner.setup()  # the key resolver, the accountant and the rest (cleanup context)

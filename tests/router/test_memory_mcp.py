@@ -79,7 +79,8 @@ async def test_the_limits(stored_gateway, http):
     status, body, _ = await get_json(http, "PUT", f"{base}/k", headers={**h, "x-llmgw-agent": "no spaces"},
                                      json={"text": "x"})
     assert (status, body["error"]["code"]) == (400, "invalid_agent")
-    status, body, _ = await get_json(http, "PUT", f"{base}/k", headers=h, data=b"not json")
+    status, body, _ = await get_json(http, "PUT", f"{base}/k", headers={**h, "Content-Type": "application/json"},
+                                     data=b"not json")
     assert (status, body["error"]["code"]) == (400, "invalid_json")
 
 

@@ -158,7 +158,8 @@ async def test_errors_are_openai_shaped_with_a_code(sim, gateway, http):
     with pytest.raises(openai.BadRequestError) as caught:
         await client.chat.completions.create(model="m", messages=HELLO, max_tokens=500)
     assert caught.value.body["code"] == "context_length_exceeded"
-    async with http.post(gw.base_url + "/chat/completions", data=b"{not json") as resp:
+    async with http.post(gw.base_url + "/chat/completions", data=b"{not json",
+                         headers={"Content-Type": "application/json"}) as resp:
         body = await resp.json()
         assert resp.status == 400 and body["error"]["code"] == "invalid_json"
         assert set(body["error"]) == {"message", "type", "param", "code"}

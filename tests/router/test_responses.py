@@ -25,7 +25,7 @@ async def test_text_with_instructions_and_usage(sim, gateway):
     engine = await sim(models=["m"])
     gw = await gateway([model("m", engine)])
     raw = await gw.client().responses.with_raw_response.create(
-        model="m", instructions="Answer in one sentence.", input="Why is the sky blue?", max_output_tokens=6,
+        model="m", instructions="Answer in one sentence.", input="Why is the sky blue?", max_output_tokens=16,
         metadata={"feature": "faq"}, reasoning={"effort": "low"}, truncation="auto",
         include=["reasoning.encrypted_content"])
     response = raw.parse()
@@ -36,12 +36,12 @@ async def test_text_with_instructions_and_usage(sim, gateway):
     assert item.type == "message" and item.role == "assistant" and item.content[0].type == "output_text"
     assert response.output_text == item.content[0].text and response.output_text
     usage = response.usage
-    assert usage.output_tokens == 6 and usage.input_tokens > 0
+    assert usage.output_tokens == 16 and usage.input_tokens > 0
     assert usage.total_tokens == usage.input_tokens + usage.output_tokens
     row = (await gw.settle(1))[0]
     assert row.request_id == raw.headers["x-llmgw-request-id"]
     assert (row.model_requested, row.status, row.outcome) == ("m", 200, "ok")
-    assert (row.prompt_tokens, row.completion_tokens) == (usage.input_tokens, 6)
+    assert (row.prompt_tokens, row.completion_tokens) == (usage.input_tokens, 16)
     assert row.metadata == {"feature": "faq"}
 
 
@@ -63,21 +63,21 @@ async def test_an_answer_that_ends_is_completed_and_the_sync_client_works(sim, g
 async def test_streaming_gives_the_responses_events(sim, gateway):
     engine = await sim(models=["m"], tpot=0.002)
     gw = await gateway([model("m", engine)])
-    stream = await gw.client().responses.create(model="m", input="Count to ten.", max_output_tokens=5, stream=True)
+    stream = await gw.client().responses.create(model="m", input="Count to ten.", max_output_tokens=16, stream=True)
     events = [event async for event in stream]
     kinds = [e.type for e in events]
     assert kinds == ["response.created", "response.in_progress", "response.output_item.added",
-                     "response.content_part.added", *["response.output_text.delta"] * 5,
+                     "response.content_part.added", *["response.output_text.delta"] * 16,
                      "response.output_text.done", "response.content_part.done", "response.output_item.done",
                      "response.incomplete"]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert events[-4].text == text
     last = events[-1].response
-    assert last.status == "incomplete" and last.output_text == text and last.usage.output_tokens == 5
+    assert last.status == "incomplete" and last.output_text == text and last.usage.output_tokens == 16
     assert last.id == events[0].response.id
     row = (await gw.settle(1))[0]
-    assert row.completion_tokens == 5 and row.ttft_ms is not None
+    assert row.completion_tokens == 16 and row.ttft_ms is not None
 
 
 async def test_a_streamed_answer_that_ends_is_completed(sim, gateway):
@@ -100,7 +100,7 @@ async def test_function_tools_and_their_results(sim, gateway):
     assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
     assert isinstance(json.loads(call.arguments)["city"], str)
     # Stateless: the whole conversation sent again, the call and its output as items.
-    second = await ask.responses.create(model="m", tools=[WEATHER], tool_choice="none", max_output_tokens=4, input=[
+    second = await ask.responses.create(model="m", tools=[WEATHER], tool_choice="none", max_output_tokens=16, input=[
         {"role": "user", "content": "Is it raining in Ankara?"},
         {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
         {"type": "function_call_output", "call_id": call.call_id, "output": '{"raining": false}'},
@@ -131,15 +131,15 @@ async def test_previous_response_id_carries_the_conversation(sim, gateway):
     engine = await sim(models=["m"])
     gw = await gateway([model("m", engine)])
     ask = gw.client()
-    first = await ask.responses.create(model="m", input="My name is Deniz.", max_output_tokens=8)
-    alone = await ask.responses.create(model="m", input="What is my name?", max_output_tokens=3)
-    follow = await ask.responses.create(model="m", input="What is my name?", max_output_tokens=3,
+    first = await ask.responses.create(model="m", input="My name is Deniz.", max_output_tokens=16)
+    alone = await ask.responses.create(model="m", input="What is my name?", max_output_tokens=16)
+    follow = await ask.responses.create(model="m", input="What is my name?", max_output_tokens=16,
                                         previous_response_id=first.id)
     assert follow.previous_response_id == first.id
     # The first turn and its answer went in front of the question.
     assert follow.usage.input_tokens >= alone.usage.input_tokens + first.usage.input_tokens + 8
     # A chain: the third turn carries both before it.
-    third = await ask.responses.create(model="m", input="Thanks.", max_output_tokens=1,
+    third = await ask.responses.create(model="m", input="Thanks.", max_output_tokens=16,
                                        previous_response_id=follow.id)
     assert third.usage.input_tokens > follow.usage.input_tokens
     fetched = await ask.responses.retrieve(follow.id)
@@ -160,7 +160,7 @@ async def test_a_function_call_continued_by_previous_response_id_after_a_stream(
     call = done.output[0]
     # Sent the moment the stream ended: the answer is already kept.
     follow = await ask.responses.create(model="m", previous_response_id=done.id, tools=[WEATHER],
-                                        tool_choice="none", max_output_tokens=2,
+                                        tool_choice="none", max_output_tokens=16,
                                         input=[{"type": "function_call_output", "call_id": call.call_id,
                                                 "output": "sunny"}])
     assert follow.status == "incomplete" and follow.output_text
@@ -171,15 +171,15 @@ async def test_store_false_is_not_kept_and_another_project_cannot_continue(sim, 
     gw = await gateway([model("m", engine)], keys={"a": principal("key-a", project="prj-a"),
                                                     "a2": principal("key-a2", project="prj-a"),
                                                     "b": principal("key-b", project="prj-b")})
-    first = await gw.client("a").responses.create(model="m", input="Secret plans.", max_output_tokens=2)
-    same_project = await gw.client("a2").responses.create(model="m", input="More?", max_output_tokens=1,
+    first = await gw.client("a").responses.create(model="m", input="Secret plans.", max_output_tokens=16)
+    same_project = await gw.client("a2").responses.create(model="m", input="More?", max_output_tokens=16,
                                                           previous_response_id=first.id)
     assert same_project.status == "incomplete"
     with pytest.raises(openai.BadRequestError):
         await gw.client("b").responses.create(model="m", input="More?", previous_response_id=first.id)
     with pytest.raises(openai.NotFoundError):
         await gw.client("b").responses.retrieve(first.id)
-    unkept = await gw.client("a").responses.create(model="m", input="Forget me.", max_output_tokens=1, store=False)
+    unkept = await gw.client("a").responses.create(model="m", input="Forget me.", max_output_tokens=16, store=False)
     with pytest.raises(openai.BadRequestError):
         await gw.client("a").responses.create(model="m", input="Hi", previous_response_id=unkept.id)
     await gw.client("a").responses.delete(first.id)
@@ -193,12 +193,12 @@ async def test_kept_in_the_store_for_another_gateway_to_continue(sim, gateway, t
     try:
         one = await gateway([model("m", engine)], store=store)
         other = await gateway([model("m", engine)], store=store)
-        first = await one.client().responses.create(model="m", input="Remember the number 7.", max_output_tokens=3)
+        first = await one.client().responses.create(model="m", input="Remember the number 7.", max_output_tokens=16)
         kept = await store.get_response(first.id)
         assert kept is not None and kept.scope == "" and kept.model == "m"
         assert kept.messages[0] == {"role": "user", "content": "Remember the number 7."}
         assert kept.messages[-1] == {"role": "assistant", "content": first.output_text}
-        follow = await other.client().responses.create(model="m", input="Which number?", max_output_tokens=1,
+        follow = await other.client().responses.create(model="m", input="Which number?", max_output_tokens=16,
                                                        previous_response_id=first.id)
         assert follow.usage.input_tokens > first.usage.input_tokens
     finally:
@@ -221,7 +221,7 @@ async def test_json_schema_and_json_object_formats(sim, gateway):
 async def test_an_image_input(sim, gateway):
     engine = await sim(models=["m"])
     gw = await gateway([model("m", engine)])
-    response = await gw.client().responses.create(model="m", max_output_tokens=2, input=[{"role": "user", "content": [
+    response = await gw.client().responses.create(model="m", max_output_tokens=16, input=[{"role": "user", "content": [
         {"type": "input_text", "text": "What is this?"},
         {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
         {"type": "input_image", "file_id": "file-123"}]}])
