@@ -29,6 +29,8 @@ COMMAND_MODULES = (
     "up",
     "node",
     "join",
+    "doctor",
+    "wipe",
     "docs",
     "plugins",
     "bench",

@@ -24,9 +24,11 @@ def register(sub) -> None:
     )
     parser.set_defaults(handler=run)
     # `llmgw server backup|restore`; bare `llmgw server` runs the server as before.
-    from llmgw.cli import server_backup
+    from llmgw.cli import server_backup, server_init
 
-    server_backup.register(parser.add_subparsers(dest="server_command", metavar="[backup|restore]"))
+    server_sub = parser.add_subparsers(dest="server_command", metavar="[init|backup|restore]")
+    server_init.register(server_sub)
+    server_backup.register(server_sub)
 
 
 def run(args: argparse.Namespace):
@@ -49,11 +51,15 @@ def run(args: argparse.Namespace):
 
 
 async def _serve(config, config_path: str | None = None) -> int:
+    from llmgw.auth.key_hash import KeyHashError
     from llmgw.server import run_server
     from llmgw.store import StoreError
 
     try:
         return await run_server(config, config_path=config_path)
+    except KeyHashError as exc:
+        print(f"llmgw server: {exc}", file=sys.stderr)
+        return 1
     except StoreError as exc:
         print(f"llmgw server: the store cannot be used: {exc}", file=sys.stderr)
         return 1

@@ -1,7 +1,8 @@
 """Where an installed llmgw keeps its files on a machine (or under `--root DIR`).
 
     /etc/llmgw/                 server.yaml, agent.yaml, mirror.yaml
-    /etc/llmgw/tls/             ca.pem, ca-key.pem (control planes), server.pem, node.pem and their keys
+    /etc/llmgw/ca/              the cluster CA: ca.pem, ca-key.pem (control planes only, root only)
+    /etc/llmgw/tls/             ca.pem, server.pem, node.pem and their keys
     /var/lib/llmgw/             the store (SQLite), the admin token, pid files, installed.json
     /var/log/llmgw/             one log per role when started without systemd
     /etc/systemd/system/        llmgw-server.service, llmgw-agent.service, llmgw-mirror.service
@@ -62,6 +63,16 @@ class Layout:
     @property
     def tls(self) -> Path:
         return self.etc / "tls"
+
+    @property
+    def ca_dir(self) -> Path:
+        """The cluster CA (ca.pem, ca-key.pem), root's only (0700): control planes only."""
+        return self.etc / "ca"
+
+    @property
+    def store_dsn_file(self) -> Path:
+        """A PostgreSQL address with its password, 0600, named by server.yaml as file:PATH."""
+        return self.etc / "store-dsn"
 
     @property
     def server_yaml(self) -> Path:

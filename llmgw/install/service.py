@@ -82,7 +82,6 @@ def _hardening(role: str, layout: Layout, user: str | None) -> list[str]:
     common = [
         "NoNewPrivileges=yes",
         "PrivateTmp=yes",
-        "ProtectKernelModules=yes",
         "ProtectKernelLogs=yes",
         "ProtectClock=yes",
         "RestrictRealtime=yes",
@@ -91,7 +90,7 @@ def _hardening(role: str, layout: Layout, user: str | None) -> list[str]:
         "LimitNOFILE=65536",
     ]
     if role == "agent":
-        # Root and the devices it needs (/dev/nvidia*); /usr and /boot stay read-only.
+        # Root, the devices it needs (/dev/nvidia*) and the driver's modules; /usr and /boot stay read-only.
         return [*common, "ProtectSystem=full", "KillMode=process"]
     lines = [
         *common,
@@ -99,6 +98,7 @@ def _hardening(role: str, layout: Layout, user: str | None) -> list[str]:
         f"ReadWritePaths={writable}",
         "ProtectHome=yes",
         "PrivateDevices=yes",
+        "ProtectKernelModules=yes",
         "ProtectKernelTunables=yes",
         "ProtectControlGroups=yes",
         "ProtectHostname=yes",
@@ -238,9 +238,11 @@ def service_running(layout: Layout, role: str) -> bool:
     return _pid(layout, role) is not None
 
 
-def _run_as(user: str | None) -> tuple[dict, str]:
-    """subprocess arguments to run as `user` when this process may, and a word on who it runs as."""
-    if user and os.geteuid() == 0:
+def _run_as(layout: Layout, user: str | None) -> tuple[dict, str]:
+    """subprocess arguments to run as `user` when this process may, and a word on who it runs as.
+
+    Under --root DIR the files belong to whoever ran init, so the service runs as them too."""
+    if user and os.geteuid() == 0 and layout.system:
         try:
             entry = pwd.getpwnam(user)
         except KeyError:
@@ -266,7 +268,7 @@ def start_service(layout: Layout, role: str) -> str:
     layout.logs.mkdir(parents=True, exist_ok=True)
     layout.state.mkdir(parents=True, exist_ok=True)
     log_path = layout.log_file(role)
-    extra, who = _run_as(_unit_user(text))
+    extra, who = _run_as(layout, _unit_user(text))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "ab") as log:
         try:
