@@ -203,3 +203,22 @@ def postgres_server() -> Iterator[PostgresServer]:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _key_hash_secret_out_of_var_lib(monkeypatch, tmp_path_factory) -> None:
+    """In-process servers whose server.yaml keeps the default admin_token_file would make
+    their key-hash secret in /var/lib/llmgw; a test's go to a folder of the run instead."""
+    from llmgw.auth import key_hash
+
+    real = key_hash.secret_path
+    folder = tmp_path_factory.getbasetemp() / "var-lib-llmgw"
+
+    def redirected(config):
+        path = real(config)
+        if str(path).startswith("/var/lib/llmgw/"):
+            folder.mkdir(mode=0o700, exist_ok=True)
+            return folder / path.name
+        return path
+
+    monkeypatch.setattr(key_hash, "secret_path", redirected)

@@ -1,7 +1,9 @@
 """API keys: making secrets, and resolving a secret to a principal fast.
 
 A secret is ``llmgw-`` and 40 URL-safe random characters. The store keeps
-only its SHA-256 (hex) and the first 12 characters, the visible prefix
+only its hash (an HMAC with the cluster's secret: llmgw.auth.key_hash; a
+plain SHA-256 for keys made without it, moved to the HMAC at first use) and
+the first 12 characters, the visible prefix
 people recognise a key by; the secret itself is shown once, when made.
 
 :class:`KeyResolver` is what the serving path asks. It answers from a small
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
+from llmgw.auth.key_hash import KeyHasher
 from llmgw.auth.principal import AuthError, Principal
 from llmgw.store import ResolvedKey, Store, StoreError
 from llmgw.tasks import cancel_and_wait
@@ -48,7 +51,8 @@ def new_secret() -> str:
 
 
 def hash_secret(secret: str) -> str:
-    """The SHA-256 of a secret, as the store keeps it (64 lower-case hex digits)."""
+    """The plain SHA-256 of a secret (64 lower-case hex digits): how keys made
+    without the cluster's secret are stored (see llmgw.auth.key_hash)."""
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
@@ -170,6 +174,8 @@ class KeyResolver:
     how often last-used times are written; ``stale_grace``: how long a cached
     key still answers while the store cannot be reached. ``aliases`` maps
     model names and aliases to model names (see :func:`model_aliases`).
+    ``hasher`` hashes secrets as the store keeps them; a key still stored
+    under the plain SHA-256 is found by it and moved to the keyed hash.
     ``clock`` (aware datetimes) and ``monotonic`` are for tests.
     """
 
@@ -183,10 +189,12 @@ class KeyResolver:
         touch_interval: float = 5.0,
         stale_grace: float = 300.0,
         aliases: Mapping[str, str] | None = None,
+        hasher: KeyHasher | None = None,
         clock: Callable[[], dt.datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        self.hasher = hasher or KeyHasher()
         self.ttl = float(ttl)
         self.negative_ttl = float(negative_ttl)
         self.max_entries = max(1, int(max_entries))
@@ -211,14 +219,36 @@ class KeyResolver:
         secret = secret.strip()
         if len(secret) > _MAX_SECRET_LEN or any(c.isspace() for c in secret):
             raise AuthError(401, "invalid_api_key", UNKNOWN_KEY)
-        key_hash = hash_secret(secret)
+        key_hash = self.hasher.hash(secret)
         entry = await self._entry(key_hash)
+        if entry.resolved is None and self.hasher.keyed:
+            entry = await self._upgrade(secret, key_hash, entry)
         if entry.resolved is None or entry.principal is None:
             raise AuthError(401, "invalid_api_key", UNKNOWN_KEY)
         now = self._clock()
         refuse_unusable(entry.resolved, now)
         self._last_used[entry.resolved.key.id] = now
         return entry.principal
+
+    async def _upgrade(self, secret: str, keyed_hash: str, missing: _Entry) -> _Entry:
+        """A key stored under its plain SHA-256: found by it and moved to the keyed hash."""
+        plain = hash_secret(secret)
+        entry = await self._entry(plain)
+        if entry.resolved is None:
+            return missing
+        key_id = entry.resolved.key.id
+        try:
+            moved = await self.store.rehash_key(key_id, plain, keyed_hash)
+        except StoreError as exc:
+            log.warning("could not move a key to the keyed hash; it still works and is tried again at its next use",
+                        extra={"fields": {"key_id": key_id, "error": str(exc)}})
+            return entry
+        if moved:
+            log.info("key moved to the keyed hash", extra={"fields": {"key_id": key_id}})
+            self._cache.pop(plain, None)
+            self._cache.pop(keyed_hash, None)  # its "not found" entry
+            self._hash_of.pop(key_id, None)
+        return entry
 
     def invalidate(self, key_id: str | None = None) -> None:
         if key_id is None:

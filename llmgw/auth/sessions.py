@@ -5,7 +5,9 @@ A session ends at the first of: ``ttl`` after sign-in (``auth.session_ttl``),
 password changing (every session of theirs), or the person no longer being
 active. The cookie's value is 32 random bytes; the store keeps only its
 SHA-256, so a copy of the store opens no session. Each session has its own
-CSRF token, which every form posted in it must carry.
+CSRF token, which every form posted in it must carry: it is derived from the
+cookie's value (an HMAC), so it is new at every sign-in, belongs to that one
+session, and the store keeps only its hash.
 
 The last-seen time is written at most every ``touch_every`` seconds (a
 tenth of the idle timeout, at most a minute), not on every request.
@@ -13,6 +15,7 @@ tenth of the idle timeout, at most a minute), not on every request.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import hmac
@@ -38,6 +41,17 @@ def new_token() -> str:
 def token_hash(token: str) -> str:
     """The SHA-256 (hex) the store keeps of a cookie value or a link's token."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def session_csrf(cookie_token: str) -> str:
+    """The CSRF token of the session whose cookie value is ``cookie_token``.
+
+    An HMAC keyed by the cookie's value: whoever cannot read the session
+    cookie cannot work it out, a cookie planted before sign-in says nothing
+    about it, and a new sign-in (a new cookie) gives a new one.
+    """
+    mac = hmac.new(cookie_token.encode("utf-8"), b"llmgw portal csrf v1", hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
 
 
 def same_token(a: str | None, b: str | None) -> bool:
@@ -91,7 +105,7 @@ class Sessions:
     async def open(self, user_id: str, *, client: str = "", user_agent: str = "") -> Opened:
         token = new_token()
         session = await self.store.create_web_session(
-            token_hash=token_hash(token), user_id=user_id, csrf_token=new_token(),
+            token_hash=token_hash(token), user_id=user_id, csrf_token=token_hash(session_csrf(token)),
             expires_at=self.now() + self.ttl, client=client[:64], user_agent=user_agent,
         )
         return Opened(token, session)

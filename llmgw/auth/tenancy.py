@@ -19,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from llmgw.auth.keys import hash_secret, new_secret, visible_prefix
+from llmgw.auth.key_hash import KeyHasher
+from llmgw.auth.keys import new_secret, visible_prefix
 from llmgw.store import (
     BUDGET_PERIODS,
     LIMIT_SCOPES,
@@ -101,7 +102,9 @@ class Tenancy:
     ``max_key_ttl`` caps how long a key may live (and is the lifetime of one
     made without any); ``bands`` and ``models`` (name or alias -> model, see
     ``llmgw.auth.keys.model_aliases``), when given, are what a key's band and
-    model list are checked against. ``clock`` gives aware datetimes (tests).
+    model list are checked against. ``hasher`` hashes new keys' secrets
+    (llmgw.auth.key_hash; plain SHA-256 when not given). ``clock`` gives
+    aware datetimes (tests).
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class Tenancy:
         bands: Sequence[str] | None = None,
         models: Mapping[str, str] | None = None,
         on_change: Callable[[str | None], None] | None = None,
+        hasher: KeyHasher | None = None,
         clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
         if not actor or not actor.strip():
@@ -123,6 +127,7 @@ class Tenancy:
         self.bands = tuple(bands) if bands else None
         self.models = dict(models) if models else None
         self._on_change = on_change
+        self.hasher = hasher or KeyHasher()
         self._clock = clock or (lambda: dt.datetime.now(UTC))
 
     def now(self) -> dt.datetime:
@@ -373,7 +378,7 @@ class Tenancy:
             secret = new_secret()
             try:
                 key = await self.store.create_key(
-                    key_hash=hash_secret(secret), prefix=visible_prefix(secret), name=name,
+                    key_hash=self.hasher.hash(secret), prefix=visible_prefix(secret), name=name,
                     project_id=project_id, user_id=user_id, expires_at=expires_at,
                     priority_band=band, allowed_models=models,
                 )

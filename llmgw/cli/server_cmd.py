@@ -51,11 +51,15 @@ def run(args: argparse.Namespace):
 
 
 async def _serve(config, config_path: str | None = None) -> int:
+    from llmgw.auth.key_hash import KeyHashError
     from llmgw.server import run_server
     from llmgw.store import StoreError
 
     try:
         return await run_server(config, config_path=config_path)
+    except KeyHashError as exc:
+        print(f"llmgw server: {exc}", file=sys.stderr)
+        return 1
     except StoreError as exc:
         print(f"llmgw server: the store cannot be used: {exc}", file=sys.stderr)
         return 1

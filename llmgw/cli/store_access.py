@@ -102,6 +102,7 @@ def tenancy_command(fn: Callable[[argparse.Namespace, Any], Awaitable[int]]) -> 
 
 
 async def _run(fn, args: argparse.Namespace, target: StoreTarget) -> int:
+    from llmgw.auth.key_hash import key_hasher_of
     from llmgw.auth.keys import model_aliases
     from llmgw.auth.tenancy import Tenancy
     from llmgw.store import Conflict, Invalid, NotFound, StoreError, open_store
@@ -121,6 +122,7 @@ async def _run(fn, args: argparse.Namespace, target: StoreTarget) -> int:
             max_key_ttl=cfg.auth.max_key_ttl if cfg else None,
             bands=[b.name for b in cfg.admission.bands] if cfg else None,
             models=(model_aliases(cfg) or None) if cfg else None,
+            hasher=key_hasher_of(cfg),
         )
         return await fn(args, tenancy)
     except (Invalid, NotFound, Conflict, ValueError) as exc:

@@ -135,6 +135,11 @@ class AuthConfig:
     default_tpm: int = setting(
         0, doc="Tokens a minute allowed to a key with no limit of its own; 0 is no limit."
     )
+    key_hash_secret_file: str = setting(
+        "",
+        doc=("The secret API keys are hashed with (an HMAC), made mode 0600 at first start; empty is key-hash-secret "
+             "beside admin_token_file. Every control plane on one store needs the same file."),
+    )
     oidc: OIDCConfig = section(OIDCConfig, doc="Single sign-on through an OpenID Connect provider.")
 
 

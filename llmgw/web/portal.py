@@ -21,7 +21,7 @@ from multidict import MultiDictProxy
 
 from llmgw.auth.keys import model_aliases
 from llmgw.auth.passwords import Passwords
-from llmgw.auth.sessions import Sessions, same_token
+from llmgw.auth.sessions import Sessions, same_token, session_csrf
 from llmgw.auth.tenancy import Tenancy
 from llmgw.config.server import ServerConfig
 from llmgw.obs import logs
@@ -153,6 +153,7 @@ class Portal:
             bands=[b.name for b in self.config.admission.bands] or None,
             models=model_aliases(self.config) or None,
             on_change=self.invalidate_key,
+            hasher=self.key_hasher,
             clock=self.now,
         )
 
@@ -164,6 +165,13 @@ class Portal:
         if self.store is not None:
             await record(self.store, actor=actor, via="portal", action=action, target=target,
                          fields=fields, outcome="refused", reason=reason, status=status)
+
+    @property
+    def key_hasher(self):
+        """How keys made here are hashed: the cluster's secret when this machine has it."""
+        from llmgw.auth.key_hash import key_hasher_of
+
+        return key_hasher_of(self.config)
 
     # ---- the request -----------------------------------------------------------
 
@@ -203,7 +211,7 @@ class Portal:
     def csrf_token(self, request: web.Request, viewer: Viewer | None) -> str:
         """The token this page's forms carry: the session's, or before sign-in the browser's own."""
         if viewer is not None:
-            return viewer.session.csrf_token
+            return session_csrf(viewer.token)
         if NEW_CSRF in request:
             return request[NEW_CSRF]
         token = request.cookies.get(CSRF_COOKIE, "")
@@ -212,20 +220,40 @@ class Portal:
             request[NEW_CSRF] = token
         return token
 
+    def same_origin(self, request: web.Request) -> bool:
+        """False when the browser says the form was sent from another site.
+
+        Browsers send ``Sec-Fetch-Site`` and ``Origin`` on every form post;
+        a request without either (curl, an old browser) is judged by its
+        CSRF token alone.
+        """
+        site = request.headers.get("Sec-Fetch-Site", "").strip().lower()
+        if site and site not in ("same-origin", "none"):
+            return False
+        origin = request.headers.get("Origin", "").strip()
+        if origin:
+            return origin.lower() == self.base_url(request).lower()
+        return True
+
     async def read_form(self, request: web.Request) -> MultiDictProxy | web.Response:
         """The posted form, or the answer to give instead: 413 when too big,
-        403 when its CSRF token is missing or not this browser's."""
+        403 when it comes from another site or its CSRF token is missing or
+        not this session's (before sign-in: this browser's)."""
+        if not self.same_origin(request):
+            log.info("form refused: sent from another site", extra={"fields": {"path": request.path}})
+            return await self.error(request, 403, "error.csrf")
         if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
             return await self.error(request, 413, "error.too_big")
         try:
             form = await request.post()
         except (ValueError, web.HTTPException):
             return await self.error(request, 400, "error.bad_form")
-        submitted = form.get("csrf") or request.headers.get("X-CSRF-Token")
+        submitted = str(form.get("csrf") or request.headers.get("X-CSRF-Token") or "")
         viewer = await self.viewer(request)
-        expected = [viewer.session.csrf_token] if viewer is not None else []
-        expected.append(request.cookies.get(CSRF_COOKIE, ""))
-        if not any(same_token(str(submitted or ""), e) for e in expected):
+        # Signed in, only the session's own token will do: the browser's
+        # pre-sign-in cookie could have been planted by someone else.
+        expected = session_csrf(viewer.token) if viewer is not None else request.cookies.get(CSRF_COOKIE, "")
+        if not same_token(submitted, expected):
             log.info("form refused: CSRF token missing or wrong", extra={"fields": {"path": request.path}})
             return await self.error(request, 403, "error.csrf")
         return form

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from llmgw.auth.sessions import token_hash
 from llmgw.cli.main import main
 
 from .conftest import PASSWORD, Site
@@ -232,3 +233,52 @@ async def test_a_suspended_person_is_signed_out(site: Site) -> None:
     assert (await b.get("/account")).url.endswith("/signin?next=/account")
     page = await b.sign_in("ayse@example.com")
     assert page.status == 403 and "suspended" in page.text
+
+
+async def test_a_planted_pre_sign_in_cookie_forges_nothing_once_signed_in(site: Site) -> None:
+    """An attacker who set the browser's llmgw_csrf cookie (a sibling subdomain,
+    a plain-HTTP answer) knows that value; once the person signs in it is worth nothing."""
+    await site.person()
+    b = await site.browser()
+    planted = "planted-csrf-token-planted-csrf-tok"
+    b.client.session.cookie_jar.update_cookies({"llmgw_csrf": planted})
+    signin = await b.get("/signin")
+    assert signin.csrf == planted  # before sign-in, the browser's own cookie is the token
+    account = await b.sign_in("ayse@example.com")
+    assert account.status == 200 and account.csrf and account.csrf != planted
+    page = await b.post("/account/keys", {"name": "forged", "csrf": planted})
+    assert page.status == 403 and "expired or came from another site" in page.text
+    user = await site.store.get_user_by_email("ayse@example.com")
+    assert [k for k in await site.store.list_keys(user_id=user.id) if k.name == "forged"] == []
+    # The session's own token works, and is not what the store keeps.
+    made = await b.post("/account/keys", {"name": "mine", "csrf": account.csrf})
+    assert made.status == 200
+    session = await site.store.get_web_session(token_hash(b.cookie("llmgw_session")))
+    assert session.csrf_token != account.csrf and account.csrf not in session.csrf_token
+
+
+async def test_each_sign_in_has_a_csrf_token_of_its_own(site: Site) -> None:
+    await site.person()
+    first, second = await site.browser(), await site.browser(address="192.0.2.11")
+    one = await first.sign_in("ayse@example.com")
+    two = await second.sign_in("ayse@example.com")
+    assert one.csrf and two.csrf and one.csrf != two.csrf
+    # One session's token does not work in the other.
+    page = await second.post("/account/keys", {"name": "crossed", "csrf": one.csrf})
+    assert page.status == 403
+
+
+async def test_forms_sent_from_another_site_are_refused(site: Site) -> None:
+    await site.person()
+    b = await site.browser()
+    account = await b.sign_in("ayse@example.com")
+    for headers in ({"Origin": "https://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
+                    {"Sec-Fetch-Site": "same-site"}):
+        page = await b.post("/account/keys", {"name": "from-elsewhere", "csrf": account.csrf}, headers=headers)
+        assert page.status == 403, headers
+    user = await site.store.get_user_by_email("ayse@example.com")
+    assert [k for k in await site.store.list_keys(user_id=user.id) if k.name == "from-elsewhere"] == []
+    own = site.url.rstrip("/")
+    page = await b.post("/account/keys", {"name": "here", "csrf": account.csrf},
+                        headers={"Origin": own, "Sec-Fetch-Site": "same-origin"})
+    assert page.status == 200
