@@ -182,6 +182,6 @@ class Accountant:
 def make_accountant(config, store: Store) -> Accountant:
     """The accountant ``llmgw server`` uses (it looks this factory up by name); its usage journal is in
     the server's state folder (beside a SQLite store)."""
-    from llmgw.store.state_dir import state_dir
+    from llmgw.store.state_dir import state_dir_of
 
-    return Accountant(config, store, journal_dir=state_dir(config.store.dsn.reveal()))
+    return Accountant(config, store, journal_dir=state_dir_of(store))

@@ -27,16 +27,9 @@ _pending: dict[str, list[dict[str, Any]]] = {}
 
 def journal_dir(store: Any) -> str | None:
     """The state folder of a store: a SQLite file's folder, or /var/lib/llmgw with PostgreSQL."""
-    from llmgw.store.state_dir import POSTGRES_STATE_DIR
+    from llmgw.store.state_dir import state_dir_of
 
-    path = getattr(store, "path", None)
-    if getattr(store, "dialect", "") == "postgres":
-        folder = POSTGRES_STATE_DIR
-    elif isinstance(path, str) and path:
-        folder = os.path.dirname(os.path.abspath(path))
-    else:
-        return None
-    return folder if os.path.isdir(folder) else None
+    return state_dir_of(store)
 
 
 def _journal(folder: str) -> Journal:

@@ -11,6 +11,25 @@ A leader that cannot renew (the store is unreachable, or the lease was
 taken) steps down no later than the moment its last good renewal runs out,
 measured on its own clock from *before* that renewal was sent: the store
 cannot have granted anyone else the lease before then.
+
+A store that answers but refuses writes (a full disk, a read-only file:
+``WritesRefused``) is not a lost lease: while a read shows the lease row
+still naming us in our epoch, nobody else can take it either (taking it is
+a write the store refuses too), so the leader keeps leading and says so
+once. When the store takes writes again the lease is renewed even if it ran
+out meanwhile, as long as its holder and epoch are still ours: the leader
+tries every ``REFUSED_RETRY`` seconds meanwhile, a standby only every two
+thirds of the TTL, so the leader renews first. (Should a standby still take
+the lapsed lease first, the leader's renewal fails and it steps down: one
+leader at a time, as ever.) A failed
+usage row or admin change never touches leadership.
+
+A control plane's holder name carries an instance id kept in its state
+folder (``control-plane.id``, llmgw.store.state_dir), so the same control
+plane restarted (after a crash, kill -9) takes its own unexpired lease back
+at once instead of waiting for it to lapse. The file is locked while the
+process runs: a second control plane on the same folder gets an id of its
+own.
 """
 
 from __future__ import annotations
@@ -26,7 +45,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from llmgw.obs import logs
-from llmgw.store import Lease, Store
+from llmgw.store import Lease, Store, WritesRefused
 from llmgw.tasks import cancel_and_wait
 
 log = logs.get("llmgw.control.leader")
@@ -35,14 +54,62 @@ LEASE_NAME = "control-plane"
 #: Step down this many seconds before the lease can have run out, for the time a step-down takes.
 MARGIN = 0.5
 
+#: While the store refuses writes, the leader tries to renew this often (seconds).
+REFUSED_RETRY = 0.1
+
 OnChange = Callable[[bool], "Awaitable[None] | None"]
 
 
-def default_holder(advertise: str = "") -> str:
-    """A holder name people can read and no other process shares: `10.0.0.1:7443 (host cp1, pid 123)`."""
+def default_holder(advertise: str = "", instance: str | None = None) -> str:
+    """A holder name people can read and no other process shares: `10.0.0.1:7443 (host cp1, id 3f2a…)` with
+    an instance id (see :func:`instance_id`), else `10.0.0.1:7443 (host cp1, pid 123)`."""
     host = socket.gethostname()
     where = advertise or host
-    return f"{where} (host {host}, pid {os.getpid()})"
+    return f"{where} (host {host}, id {instance})" if instance else f"{where} (host {host}, pid {os.getpid()})"
+
+
+INSTANCE_FILE = "control-plane.id"
+_held_ids: dict[str, int] = {}  # folder -> the open, locked file descriptor of its id
+
+
+def instance_id(folder: str | None) -> str | None:
+    """This control plane's id, kept in ``folder`` across restarts (made the first time); None without a
+    folder, or when another running process holds that folder's id (it keeps it locked)."""
+    import fcntl
+    import secrets
+
+    if not folder:
+        return None
+    path = os.path.join(folder, INSTANCE_FILE)
+    try:
+        if folder in _held_ids:
+            return None  # another control plane in this process holds it
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            log.info("another control plane runs on this state folder; this one leads under its pid",
+                     extra={"fields": {"folder": folder}})
+            return None
+        _held_ids[folder] = fd
+        text = os.pread(fd, 200, 0).decode("ascii", "replace").strip()
+        if not text.isalnum() or len(text) != 16:
+            text = secrets.token_hex(8)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (text + "\n").encode(), 0)
+            os.fsync(fd)
+        return text
+    except OSError as exc:
+        log.warning("the control plane's instance id cannot be kept: %s", exc, extra={"fields": {"path": path}})
+        return None
+
+
+def release_instance_id(folder: str | None) -> None:
+    """Unlock a folder's id (the control plane holding it has stopped)."""
+    fd = _held_ids.pop(folder, None) if folder else None
+    if fd is not None:
+        os.close(fd)
 
 
 class Leadership:
@@ -72,6 +139,7 @@ class Leadership:
         self.previous_holder: str | None = None  #: who held the lease before we took it (None: nobody ever)
         self.last_error = ""
         self._valid_until = 0.0
+        self._refused = False  # the store refuses writes while our lease row still names us
         self._waiters: list[asyncio.Future] = []
         self._stopping = False
         self._task: asyncio.Task | None = None
@@ -129,6 +197,10 @@ class Leadership:
             if self.leading:
                 # Never sleep past the point where we would have to step down.
                 delay = max(0.05, min(delay, self._valid_until - MARGIN - self.clock()))
+                if self._refused:
+                    delay = min(delay, REFUSED_RETRY)  # renew the moment the store takes writes again
+            elif self.last_error.startswith("the store refuses writes"):
+                delay = self.interval * 2  # let the leader, trying more often, renew first when writes are back
             await asyncio.sleep(delay)
 
     async def wait_leading(self, timeout: float | None = None) -> bool:
@@ -152,7 +224,8 @@ class Leadership:
         sent = self.clock()
         try:
             if self.leading:
-                lease = await self.store.renew_lease(self.name, self.holder, self.ttl, epoch=self.epoch)
+                extra = {"even_lapsed": True} if self._refused else {}
+                lease = await self.store.renew_lease(self.name, self.holder, self.ttl, epoch=self.epoch, **extra)
                 if lease is None:
                     self.lease = await self.store.get_lease(self.name)
                     await self._set(False, "the lease was lost (it lapsed, or another control plane took it)")
@@ -167,12 +240,30 @@ class Leadership:
                 self.previous_holder = before.holder if before is not None else None
         except asyncio.CancelledError:
             raise
+        except WritesRefused as exc:
+            if self.leading and await self._still_ours():
+                self.last_error = f"the store refuses writes; the lease is kept, nobody can take it meanwhile: {exc}"
+                if not self._refused:
+                    self._refused = True
+                    log.error("leadership: %s", self.last_error)
+                self._valid_until = sent + self.ttl
+                return True
+            repeated = self.last_error.startswith("the store refuses writes")
+            self.last_error = f"the store refuses writes: {exc}"
+            if not repeated:  # once per episode, not at every try
+                log.warning("leadership: %s", self.last_error)
+            if self.leading and self.clock() >= self._valid_until - MARGIN:
+                await self._set(False, "the lease could not be renewed before it ran out")
+            return self.leading
         except Exception as exc:  # noqa: BLE001 - any store failure: keep trying, step down in time
             self.last_error = f"the store did not answer: {exc}"
             log.warning("leadership: %s", self.last_error)
             if self.leading and self.clock() >= self._valid_until - MARGIN:
                 await self._set(False, "the lease could not be renewed before it ran out")
             return self.leading
+        if self._refused:
+            self._refused = False
+            log.warning("leadership: the store takes writes again; the lease is renewed")
         self.lease = lease
         self.last_error = ""
         self._valid_until = sent + self.ttl
@@ -181,10 +272,19 @@ class Leadership:
             await self._set(True, "took the lease")
         return True
 
+    async def _still_ours(self) -> bool:
+        """Whether a read of the lease row shows it naming us in our epoch (False when it cannot be read)."""
+        try:
+            lease = await self.store.get_lease(self.name)
+        except Exception:  # noqa: BLE001 - unreadable: treated as any failure to renew
+            return False
+        return lease is not None and lease.holder == self.holder and lease.epoch == self.epoch
+
     async def _set(self, leading: bool, why: str) -> None:
         if leading == self.leading:
             return
         self.leading = leading
+        self._refused = False
         if leading:
             for fut in self._waiters:
                 if not fut.done():

@@ -37,7 +37,8 @@ from llmgw.control.inventory import Inventory
 from llmgw.control.jobs import Job, Jobs
 from llmgw.control.join_codes import JoinCodes
 from llmgw.control.join_endpoint import JoinEndpoint
-from llmgw.control.leader import Leadership, default_holder
+from llmgw.control.leader import Leadership, default_holder, instance_id, release_instance_id
+from llmgw.store.state_dir import state_dir_of
 from llmgw.control.node_logs import LOG_TIMEOUT, LogRequests, NodeNotConnected, UnknownNode, valid_replica_id
 from llmgw.control.reconciler import NodeUnreachable, Reconciler
 from llmgw.control.state import ModelUnavailable
@@ -120,7 +121,11 @@ class ControlPlane:
             engines = load_plugins().engines()
         self.engines = engines
         self.advertise = advertise or advertised_address(config.agent_listen)
-        self.holder = holder or default_holder(self.advertise)
+        # The same control plane restarted leads under the same name, so it takes its own lease back at once.
+        folder = state_dir_of(store) if holder is None else None
+        instance = instance_id(folder)
+        self._id_folder = folder if instance else None  # released when this control plane stops
+        self.holder = holder or default_holder(self.advertise, instance)
         self.standby_hold = standby_hold
         self.inventory = Inventory()
         self.catalog = Catalog(config.models, store, engines, on_change=self._catalog_changed)
@@ -188,6 +193,7 @@ class ControlPlane:
             await self.store.unset_setting(_member_key(self.holder), actor=ACTOR)
         except Exception as exc:  # noqa: BLE001 - stopping goes on whatever the store says
             log.warning("could not remove this control plane from the members: %s", exc)
+        release_instance_id(self._id_folder)
         logs.event(log, "control plane stopped", holder=self.holder)
 
     @property

@@ -377,19 +377,25 @@ class SQLOps(SQLStoreBase):
         return await self._write(work)
 
     async def renew_lease(
-        self, name: str, holder: str, ttl: dt.timedelta | float, *, epoch: int | None = None
+        self, name: str, holder: str, ttl: dt.timedelta | float, *, epoch: int | None = None,
+        even_lapsed: bool = False,
     ) -> Lease | None:
         name = v.check_text(name, "lease name", max_len=v.MAX_NAME)
         holder = v.check_text(holder, "lease holder")
         ttl = v.check_ttl(ttl)
+        if even_lapsed and epoch is None:
+            raise Invalid("renew_lease: even_lapsed needs the epoch the lease was held in")
         now = self._now()
-        args: list[Any] = [self._t(now + ttl), name, holder, self._t(now)]
+        args: list[Any] = [self._t(now + ttl), name, holder]
         cond = ""
+        if not even_lapsed:
+            cond = " AND expires_at > ?"
+            args.append(self._t(now))
         if epoch is not None:
-            cond = " AND epoch = ?"
+            cond += " AND epoch = ?"
             args.append(v.check_int(epoch, "epoch", minimum=1))
         sql = (
-            "UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ? AND expires_at > ?"
+            "UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ?"
             f"{cond} RETURNING {LEASE_COLS}"
         )
 

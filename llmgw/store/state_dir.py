@@ -29,3 +29,15 @@ def state_dir(dsn: str) -> str | None:
     else:
         folder = os.path.dirname(os.path.abspath(os.path.expanduser(where)))
     return folder if os.path.isdir(folder) else None
+
+
+def state_dir_of(store: object) -> str | None:
+    """The state folder of an open store: its SQLite file's folder, or /var/lib/llmgw with PostgreSQL."""
+    if getattr(store, "dialect", "") == "postgres":
+        folder = POSTGRES_STATE_DIR
+    else:
+        path = getattr(store, "path", None)
+        if not isinstance(path, str) or not path:
+            return None
+        folder = os.path.dirname(os.path.abspath(path))
+    return folder if os.path.isdir(folder) else None
