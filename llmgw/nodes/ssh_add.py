@@ -1,6 +1,6 @@
 """`llmgw node add [user@]host`: make a machine a node over SSH.
 
-It uses the system's `ssh` and `scp` in batch mode (no password prompts),
+It uses the system's `ssh` in batch mode (no password prompts),
 so the operator's keys, ssh agent, ~/.ssh/config, known_hosts and jump
 hosts work as they do for them, and no SSH library has to be shipped in the
 file. First it checks the machine (reachable, root or sudo without a
@@ -157,13 +157,15 @@ class SshNodeAdder:
         rc = proc.wait()
         return subprocess.CompletedProcess(argv, rc, "".join(lines), "".join(lines))
 
-    def scp(self, local: Path, remote: str) -> None:
-        host = f"[{self.target.host}]" if ":" in self.target.host else self.target.host
-        login = f"{self.target.user}@{host}" if self.target.user else host
-        argv = ["scp", "-q", *self._options(), "-P", str(self.target.port), "--", str(local), f"{login}:{remote}"]
-        done = self.run(argv, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    def copy(self, local: Path, remote: str) -> None:
+        """Copy a file through ssh itself (`cat >`): no scp or SFTP subsystem needed on the machine."""
+        argv = ["ssh", *self._options(), "-p", str(self.target.port), "--", self.target.login,
+                f"umask 077 && cat > {shlex.quote(remote)}"]
+        with open(local, "rb") as f:
+            done = self.run(argv, stdin=f, capture_output=True, timeout=600)
         if done.returncode != 0:
-            raise AddError(f"copying {local.name} to {self.target.host} failed: {_last_line(done.stderr)}")
+            err = done.stderr.decode(errors="replace") if isinstance(done.stderr, bytes) else done.stderr
+            raise AddError(f"copying {local.name} to {self.target.host} failed: {_last_line(err)}")
 
     # ------------------------------------------------------------------ the steps
 
@@ -203,7 +205,7 @@ class SshNodeAdder:
         try:
             size = pyz.stat().st_size / 1e6
             self.say(f"copying {pyz.name} ({size:.0f} MB) to {self.target.host}:{tmp}")
-            self.scp(pyz, f"{tmp}/llmgw.pyz")
+            self.copy(pyz, f"{tmp}/llmgw.pyz")
             sudo = "" if probe.uid == 0 else "sudo -n "
             command = (f"{sudo}{shlex.quote(probe.python)} {tmp}/llmgw.pyz join {shlex.quote(code)} "
                        f"--name {shlex.quote(name)} --root {shlex.quote(root)}")
