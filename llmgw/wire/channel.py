@@ -356,6 +356,12 @@ def agent_url(address: str, *, tls: bool = True) -> str:
     return str(url)
 
 
+#: An agent's first wait before dialling again, doubled after each failed round up to BACKOFF_MAX (seconds):
+#: a control plane that restarts is found again within a second or two of being back.
+BACKOFF_INITIAL = 0.25
+BACKOFF_MAX = 2.0
+
+
 class AgentConnection:
     """The agent's side: stays connected to one of the control planes, trying each in turn."""
 
@@ -369,8 +375,8 @@ class AgentConnection:
         pong_timeout: float = PONG_TIMEOUT,
         connect_timeout: float = 5.0,
         welcome_timeout: float = 10.0,
-        backoff_initial: float = 1.0,
-        backoff_max: float = 30.0,
+        backoff_initial: float = BACKOFF_INITIAL,
+        backoff_max: float = BACKOFF_MAX,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         on_control_planes: Callable[[tuple[str, ...]], Any] | None = None,
     ) -> None:
@@ -434,7 +440,8 @@ class AgentConnection:
                     delay = 0.0
                 else:
                     delay = min(self._backoff_max, self._backoff_initial * 2 ** (attempt - 1))
-                    delay *= random.uniform(0.8, 1.0)
+                    # Jittered, so agents that lost one control plane together do not all dial at once.
+                    delay *= random.uniform(0.5, 1.0)
                 log.warning("no control plane session, trying the next", extra=log_fields(
                     error=self.last_error, next=urls[self._index % len(urls)], delay_s=round(delay, 3)))
                 if delay > 0:
