@@ -156,11 +156,17 @@ def _fill(template: str, fields: Mapping[str, Any]) -> str:
 async def read_json(request: web.Request) -> Any:
     if not request.body_exists:
         return {}
-    text = await request.text()
+    raw = await request.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"body: not UTF-8 text (byte {exc.start} is not); send JSON in UTF-8") from None
     if not text.strip():
         return {}
     try:
         return json.loads(text)
+    except RecursionError:
+        raise BadRequest("body: objects and arrays nest too deep") from None
     except ValueError as exc:
         raise BadRequest(f"body: not JSON ({exc})") from None
 
