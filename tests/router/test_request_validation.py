@@ -168,3 +168,21 @@ async def test_a_fault_of_the_gateway_is_a_500_with_the_request_id_recorded_as_a
     (row,) = await gw.settle(1)
     assert (row.request_id, row.status, row.outcome) == (request_id, 500, "error")
     assert gw.metrics.http_errors.labels("/chat/completions")._value.get() == 1
+
+
+async def test_a_body_that_stalls_is_a_408_after_the_body_timeout(sim, gateway):
+    import asyncio
+
+    engine = await sim(models=["m"])
+    gw = await gateway([model("m", engine)], router={"clients": {"body_timeout": "200ms"}})
+    port = int(gw.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n{\"model\": ")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
+    assert head.startswith(b"HTTP/1.1 408")
+    body = await asyncio.wait_for(reader.read(300), 3)
+    assert b"router.clients.body_timeout" in body
+    writer.close()
+    (row,) = await gw.settle(1)
+    assert (row.status, row.outcome) == (408, "refused")
