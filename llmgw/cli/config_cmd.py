@@ -58,13 +58,28 @@ def check_file(args: argparse.Namespace) -> int:
     as_agent = args.agent or Path(args.file).name in ("agent.yaml", "agent.yml")
     load = load_agent_config if as_agent else load_server_config
     try:
-        load(args.file)
+        config = load(args.file)
     except ConfigError as exc:
         for problem in exc.details:
             print(problem.located(exc.source), file=sys.stderr)
         return 1
+    problems = [] if as_agent else _engine_problems(config)
+    for problem in problems:
+        print(f"{args.file}: {problem}", file=sys.stderr)
+    if problems:
+        return 1
     print("ok")
     return 0
+
+
+def _engine_problems(config) -> list[str]:
+    """Each model's profiles against the engines installed here: the engine's allow list of args and env."""
+    from llmgw.control.catalog import check_engines
+    from llmgw.plugins.manager import load_plugins
+
+    engines = load_plugins().engines()
+    return [f"models[{i}].{problem}" for i, model in enumerate(config.models)
+            for problem in check_engines(model, engines)]
 
 
 def print_reference(args: argparse.Namespace) -> int:

@@ -202,3 +202,24 @@ class ArgPolicy:
         """The allow list as data (for docs and `llmgw plugins --json`)."""
         return {"flags": sorted(self.flags), "managed": sorted(self.managed), "refused": dict(self.refused),
                 "env": list(self.env), "env_managed": list(self.env_managed)}
+
+
+def allow_lists_markdown(engines: Mapping[str, object]) -> str:
+    """The allow list of every engine, as docs/engines.md shows it between its `allow-lists` markers."""
+    out = []
+    for name in sorted(engines):
+        policy = getattr(engines[name], "arguments", None)
+        if not isinstance(policy, ArgPolicy):
+            continue
+        flags = ", ".join(f"`{f}{' V' if policy.flags[f] else ''}`" for f in sorted(policy.flags))
+        out += [f"**{name}**", "",
+                f"- flags (V: takes a value): {flags}",
+                f"- set by llmgw: {', '.join(f'`{f}`' for f in policy.managed)}",
+                f"- environment: {', '.join(f'`{e}`' for e in policy.env)}"
+                + (f"; `{policy.env_flags_prefix}*` as the flag it spells" if policy.env_flags_prefix else ""),
+                f"- environment set by llmgw: {', '.join(f'`{e}`' for e in policy.env_managed) or 'none'}"]
+        if policy.refused:
+            out.append("- refused, with the reason:")
+            out += [f"  - `{flag}` {why}" for flag, why in sorted(policy.refused.items())]
+        out.append("")
+    return "\n".join(out)

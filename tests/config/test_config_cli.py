@@ -94,3 +94,25 @@ def test_config_alone_says_which_subcommands_there_are(capsys):
     code, _, err = run(["config"], capsys)
     assert code == 2
     assert "check, reference or example" in err
+
+
+def test_a_profile_passing_what_its_engine_does_not_allow_is_refused_with_the_reason(tmp_path, capsys):
+    path = tmp_path / "server.yaml"
+    path.write_text(textwrap.dedent("""\
+        models:
+          - name: qwen
+            engine: vllm
+            profiles:
+              - name: h100
+                gpus: 1
+                args: [--max-num-seqs, "64", --trust-remote-code]
+                env: {VLLM_ATTENTION_BACKEND: FLASHINFER, CUDA_INJECTION64_PATH: /tmp/x.so}
+        """))
+    code, out, err = run(["config", "check", str(path)], capsys)
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        f"{path}: models[0].profiles[0]: args[2]: --trust-remote-code runs code from the model's repository: "
+        "not allowed",
+        f"{path}: models[0].profiles[0]: env.CUDA_INJECTION64_PATH: CUDA_INJECTION64_PATH loads a library into "
+        "the engine: not allowed",
+    ]

@@ -132,3 +132,14 @@ def test_an_engine_declaring_no_allow_list_takes_no_args_or_env():
     assert Bare().validate(["--x"], {"Y": "1"}) == [
         "args[0]: the bare engine allows no profile args or env; remove it",
         "env.Y: the bare engine allows no profile args or env; remove it"]
+
+
+def test_docs_engines_md_shows_every_allow_list_as_the_plugins_declare_it(engines):
+    from pathlib import Path
+
+    from llmgw.plugins.engine_args import allow_lists_markdown
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text()
+    start = doc.index("<!-- allow-lists:")
+    shown = doc[doc.index("\n", start) + 1:doc.index("<!-- /allow-lists -->")]
+    assert shown == allow_lists_markdown(engines), "regenerate the block with allow_lists_markdown"
