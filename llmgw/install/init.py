@@ -317,7 +317,8 @@ class Installer:
                 return f":{port}"
         return self.opts.admin_listen
 
-    def server_file(self) -> ServerFile:
+    def server_file(self, *, inline_dsn: bool = False) -> ServerFile:
+        """`inline_dsn`: the PostgreSQL address itself rather than file:, to check it before the file exists."""
         dsn = self.opts.store or str(self.layout.store)
         postgres = _is_postgres(dsn)
         mirror_url = mirror_api = ""
@@ -333,12 +334,12 @@ class Installer:
         return ServerFile(
             listen=self.opts.listen, admin_listen=self._admin_listen(), admin_remote=bool(self.opts.admin_from),
             agent_listen=self.opts.agent_listen, metrics_listen=self.opts.metrics_listen,
-            store_dsn=f"file:{self.layout.store_dsn_file}" if postgres else dsn,
+            store_dsn=f"file:{self.layout.store_dsn_file}" if postgres and not inline_dsn else dsn,
             store_is_postgres=postgres, mirror_url=mirror_url, mirror_api=mirror_api, model=self.opts.model,
         )
 
-    def server_text(self) -> str:
-        return server_yaml(self.layout, self.server_file(), hostname=self.hostname)
+    def server_text(self, *, inline_dsn: bool = False) -> str:
+        return server_yaml(self.layout, self.server_file(inline_dsn=inline_dsn), hostname=self.hostname)
 
     def agent_text(self) -> str:
         from llmgw.config.validate import split_address
@@ -386,7 +387,7 @@ class Installer:
 
         if self.layout.server_yaml.exists():
             return load_server_config(self.layout.server_yaml)
-        return parse_server_config(parse_yaml_text(self.server_text(), str(self.layout.server_yaml)),
+        return parse_server_config(parse_yaml_text(self.server_text(inline_dsn=True), str(self.layout.server_yaml)),
                                    str(self.layout.server_yaml), base_dir=self.layout.etc)
 
     # --- checking ------------------------------------------------------------
@@ -399,7 +400,7 @@ class Installer:
         problems = await check_options(self.layout, self.opts)
         if not problems and not self.layout.server_yaml.exists():
             try:
-                parse_server_config(parse_yaml_text(self.server_text(), "server.yaml"), "server.yaml",
+                parse_server_config(parse_yaml_text(self.server_text(inline_dsn=True), "server.yaml"), "server.yaml",
                                     base_dir=self.layout.etc)
             except ConfigError as exc:
                 problems += [f"the server.yaml init would write is refused: {p.located('server.yaml')}"

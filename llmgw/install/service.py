@@ -278,6 +278,19 @@ def start_service(layout: Layout, role: str) -> str:
             )
         except OSError as exc:
             raise ServiceError(f"llmgw {role} cannot be started ({argv[0]}): {exc.strerror or exc}") from None
+    # Until it has exec'd, the child still shows this process's command line: wait for that
+    # (a moment), and say so at once should it exit straight away.
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = _log_tail(log_path)
+            raise ServiceError(f"llmgw {role} exited at once (status {proc.returncode}); its log {log_path} ends:\n{tail}")
+        try:
+            if Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[:len(argv)] == [a.encode() for a in argv]:
+                break
+        except OSError:
+            break
+        time.sleep(0.02)
     pid_file = layout.pid_file(role)
     tmp = pid_file.with_name(pid_file.name + ".tmp")
     tmp.write_text(f"{proc.pid}\n")
@@ -287,6 +300,14 @@ def start_service(layout: Layout, role: str) -> str:
     _STARTED.append(proc)
     return (f"llmgw {role}: started directly {who} (no systemd here), pid {proc.pid}, "
             f"pid file {pid_file}, log {log_path}")
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "  (no log)"
+    return "\n".join(f"  {line}" for line in text.splitlines()[-lines:])
 
 
 def stop_service(layout: Layout, role: str) -> str:
