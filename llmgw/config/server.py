@@ -212,7 +212,7 @@ class BatchConfig:
 
 @attrs.frozen
 class ClientLimits:
-    """What one client may take of the client API: its connections, how slowly it may send, how deep its JSON."""
+    """What one client may take of the client API: its connections, how slowly it may send, what it may keep."""
 
     header_timeout: Duration = setting(
         Duration(seconds=10),
@@ -233,6 +233,11 @@ class ClientLimits:
     )
     max_json_depth: int = setting(
         64, doc="How deeply objects and arrays may nest in a JSON body; deeper is refused with 400."
+    )
+    project_storage_bytes: ByteSize = setting(
+        ByteSize(10 * 1024**3),
+        doc="What one project (else one person) may keep at once: files, batch results, thread turns, memory "
+            "notes and stored responses; past it new ones are refused with 413. 0 is no limit.",
     )
 
 

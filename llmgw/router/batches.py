@@ -126,6 +126,7 @@ async def create_batch(request: web.Request) -> web.Response:
         raise bad_request("input_file_id: name the file of requests (uploaded with purpose=batch)",
                           param="input_file_id")
     owner = owner_of(principal)
+    await data.check_quota(owner, 1)  # its results will be kept: none once the quota is full
     with store_errors("batches"):
         found = await store.get_file(owner, file_id)
         if found is None:

@@ -114,6 +114,21 @@ class ClientData:
             raise GatewayError(503, "store_unavailable", f"this gateway keeps no {what}: it runs without a store")
         return self.store
 
+    async def check_quota(self, owner: str, adding: int = 0) -> None:
+        """413 when what `owner` keeps, with `adding` bytes more, would pass router.clients.project_storage_bytes."""
+        quota = int(self.config.router.clients.project_storage_bytes)
+        if not quota or self.store is None:
+            return
+        with store_errors("the storage quota"):
+            used = await self.store.storage_used(owner)
+        if used + adding > quota:
+            raise GatewayError(
+                413, "storage_quota_exceeded",
+                f"this project keeps {_mib(used)} and may keep {_mib(quota)} (router.clients.project_storage_bytes)"
+                + (f"; this adds {_mib(adding)}" if adding else "")
+                + ": delete files (DELETE /v1/files/{id}), threads or memory notes it no longer needs, "
+                  "or ask an operator for more", param=None)
+
     async def features(self, project_id: str) -> ProjectFeatures:
         """A project's switches, read from the store at most every FEATURES_TTL seconds."""
         now = self._clock()
@@ -215,6 +230,10 @@ async def read_json_object(request: web.Request, what: str, operation: str | Non
         exc.message = f"{what}: {exc.message}"
         raise
     return body
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024**2:.1f} MiB"
 
 
 # ---------------------------------------------------------------- locks per thread

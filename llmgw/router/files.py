@@ -1,7 +1,10 @@
 """OpenAI's Files API, for batches: `/v1/files`.
 
 A file is one row in the store, its bytes included, so a backup of the
-store carries it. It belongs to the key's project (else its person; on a
+store carries it. An upload is read 256 KiB at a time into a temporary file
+(past 1 MiB, on disk), and uploads go into the store one at a time, so
+parallel uploads wait on disk rather than in memory; each counts against its
+project's storage quota (router.clients.project_storage_bytes). It belongs to the key's project (else its person; on a
 gateway without keys, to everyone) and only keys of that owner reach it.
 Uploads are `purpose=batch` (a batch's requests, JSONL) of at most
 `router.batch.max_file_bytes`; a batch writes its answers as files of
@@ -19,7 +22,10 @@ upload.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
+import tempfile
 from typing import Any
 
 from aiohttp import web
@@ -70,41 +76,72 @@ async def upload(request: web.Request) -> web.Response:
     if not request.content_type.startswith("multipart/"):
         raise bad_request("upload a file as multipart/form-data with the fields `file` and `purpose`",
                           code="invalid_upload")
+    if request.content_length is not None and request.content_length > limit + 64 * 1024:
+        raise _too_large(limit)
+    pause = gw.config.router.clients.body_timeout.total_seconds()
     fields: dict[str, str] = {}
-    content: bytes | None = None
-    filename = "upload.jsonl"
-    reader = await request.multipart()
-    while (part := await reader.next()) is not None:
-        if part.name == "file":
-            filename = (part.filename or filename)[:255]
-            content = await _read_limited(part, limit)
-        elif part.name:
-            fields[part.name] = (await part.text())[:1000]
-    purpose = fields.get("purpose", "")
-    if purpose not in UPLOAD_PURPOSES:
-        raise bad_request(f"purpose: {purpose!r} is not kept here; upload files for batches with purpose=batch",
-                          param="purpose")
-    if content is None:
-        raise bad_request("the upload has no `file` field", param="file")
-    if not content:
-        raise bad_request("the file is empty", param="file")
-    expires_at = _expiry(fields)
-    with store_errors("files"):
-        stored = await store.create_file(owner_of(principal), purpose=purpose, filename=filename, content=content,
-                                         expires_at=expires_at)
+    with contextlib.ExitStack() as cleanup:
+        spool: Any = None
+        size = 0
+        filename = "upload.jsonl"
+        reader = await request.multipart()
+        while (part := await _within(pause, reader.next())) is not None:
+            if part.name == "file":
+                filename = (part.filename or filename)[:255]
+                spool = cleanup.enter_context(tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY))
+                size = await _spool(part, spool, limit, pause)
+            elif part.name:
+                fields[part.name] = (await _within(pause, part.text()))[:1000]
+        purpose = fields.get("purpose", "")
+        if purpose not in UPLOAD_PURPOSES:
+            raise bad_request(f"purpose: {purpose!r} is not kept here; upload files for batches with purpose=batch",
+                              param="purpose")
+        if spool is None:
+            raise bad_request("the upload has no `file` field", param="file")
+        if not size:
+            raise bad_request("the file is empty", param="file")
+        expires_at = _expiry(fields)
+        owner = owner_of(principal)
+        await client_data(request).check_quota(owner, size)
+        async with _STORING:  # one upload at a time goes from its spool file into the store
+            spool.seek(0)
+            content = spool.read()
+            with store_errors("files"):
+                stored = await store.create_file(owner, purpose=purpose, filename=filename, content=content,
+                                                 expires_at=expires_at)
+            del content
     return json_response(file_json(stored))
 
 
-async def _read_limited(part, limit: int) -> bytes:
-    chunks: list[bytes] = []
+#: Bytes of an upload kept in memory before it goes to a temporary file on disk.
+SPOOL_IN_MEMORY = 1024 * 1024
+#: Uploads read into memory at once, to be written to the store: one, so parallel uploads wait on disk.
+_STORING = asyncio.Semaphore(1)
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(413, "file_too_large",
+                        f"the file is larger than {limit} bytes (router.batch.max_file_bytes)", param="file")
+
+
+async def _within(seconds: float, pending):
+    try:
+        async with asyncio.timeout(seconds or None):
+            return await pending
+    except TimeoutError:
+        raise GatewayError(408, "request_timeout",
+                           f"the upload paused for more than {seconds:g} s (router.clients.body_timeout)") from None
+
+
+async def _spool(part, spool, limit: int, pause: float) -> int:
+    """The part's bytes into `spool` (memory, then disk), 256 KiB at a time; its size."""
     size = 0
-    while chunk := await part.read_chunk(256 * 1024):
+    while chunk := await _within(pause, part.read_chunk(256 * 1024)):
         size += len(chunk)
         if size > limit:
-            raise GatewayError(413, "file_too_large",
-                               f"the file is larger than {limit} bytes (router.batch.max_file_bytes)", param="file")
-        chunks.append(chunk)
-    return b"".join(chunks)
+            raise _too_large(limit)
+        spool.write(chunk)
+    return size
 
 
 def _expiry(fields: dict[str, str]) -> dt.datetime | None:

@@ -125,7 +125,9 @@ async def put_note(request: web.Request) -> web.Response:
     body = await read_json_object(request, "a note", "memory_note")
     if "text" not in body:
         raise bad_request("a note needs its `text`", param="text")
-    note, created = await remember(book, request.match_info["key"], body.get("text"), body.get("tags"))
+    text = body.get("text")
+    await client_data(request).check_quota(book.project, len(text) if isinstance(text, str) else 0)
+    note, created = await remember(book, request.match_info["key"], text, body.get("tags"))
     return json_response(note_json(note), status=201 if created else 200)
 
 

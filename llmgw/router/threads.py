@@ -191,6 +191,7 @@ async def attach(gw: Gateway, call: Any, request: web.Request, body_bytes: bytes
     principal = call.principal
     data = await _threads_on(gw, request, principal)
     project = principal.project_id
+    await data.check_quota(project, len(body_bytes))  # the turn will be kept: refused before it is answered
     release = await data.thread_locks.acquire((project, thread_id))
     try:
         with store_errors("the thread"):

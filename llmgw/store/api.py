@@ -556,6 +556,11 @@ class Store(abc.ABC):
     # (llmgw.store.client_data holds the records and the limits; llmgw.store.sql_client_data the SQL.)
 
     @abc.abstractmethod
+    async def storage_used(self, owner: str) -> int:
+        """What an owner (a project, else a person) keeps: its files' bytes, its batches' results, its
+        threads' turns, its memory notes and its stored responses, in bytes of stored text."""
+
+    @abc.abstractmethod
     async def get_project_features(self, project_id: str) -> ProjectFeatures:
         """A project's switches (threads, memory notes, answer cache); the defaults when never set."""
 

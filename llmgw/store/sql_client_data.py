@@ -127,6 +127,26 @@ class SQLClientData(SQLFilesBatches):
             updated_at=self._dt(r["updated_at"]),
         )
 
+    # ---- what a project keeps, for its storage quota ----------------------
+
+    async def storage_used(self, owner: str) -> int:
+        owner = v.check_text(owner, "owner", max_len=200)
+
+        async def work(tx: Tx) -> int:
+            total = 0
+            for sql in (
+                "SELECT COALESCE(SUM(bytes), 0) FROM files WHERE owner = ?",
+                "SELECT COALESCE(SUM(LENGTH(r.text)), 0) FROM batch_results r JOIN batches b ON b.id = r.batch_id"
+                " WHERE b.owner = ?",
+                "SELECT COALESCE(SUM(LENGTH(messages)), 0) FROM thread_turns WHERE project_id = ?",
+                "SELECT COALESCE(SUM(LENGTH(text) + LENGTH(tags)), 0) FROM memory_notes WHERE project_id = ?",
+                "SELECT COALESCE(SUM(LENGTH(messages) + LENGTH(response)), 0) FROM responses WHERE scope = ?",
+            ):
+                total += int(await tx.fetchval(sql, owner) or 0)
+            return total
+
+        return await self._read(work)
+
     # ---- projects' switches ------------------------------------------------
 
     async def get_project_features(self, project_id: str) -> ProjectFeatures:

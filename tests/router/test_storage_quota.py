@@ -1,0 +1,45 @@
+"""router.clients.project_storage_bytes: what one project keeps is bounded, and a refusal says what to do."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from .conftest import HELLO, model
+from .stored import get_json, stored_gateway  # noqa: F401
+
+QUOTA = {"clients": {"project_storage_bytes": "64KiB"}}
+
+
+async def test_uploads_past_the_quota_are_413_naming_it_and_deleting_makes_room(stored_gateway):
+    sg = await stored_gateway([model("m", "http://127.0.0.1:9/v1")], router=QUOTA)
+    client = sg.client()
+    first = await client.files.create(file=("a.jsonl", b"x" * 40_000), purpose="batch")
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.files.create(file=("b.jsonl", b"y" * 40_000), purpose="batch")
+    error = caught.value.body
+    assert caught.value.status_code == 413 and error["code"] == "storage_quota_exceeded"
+    assert "router.clients.project_storage_bytes" in error["message"] and "delete files" in error["message"]
+    assert [f.id for f in (await client.files.list()).data] == [first.id]  # nothing kept of the refused one
+    # another project is not held by this one's files
+    await sg.client("sk-b").files.create(file=("c.jsonl", b"z" * 40_000), purpose="batch")
+    await client.files.delete(first.id)
+    await client.files.create(file=("b.jsonl", b"y" * 40_000), purpose="batch")
+
+
+async def test_memory_notes_threads_and_batches_count_against_the_quota(stored_gateway, http):
+    sg = await stored_gateway([model("m", "http://127.0.0.1:9/v1")], router=QUOTA)
+    await sg.turn_on(memory=True, threads=True)
+    await sg.client().files.create(file=("a.jsonl", b"x" * 60_000), purpose="batch")
+    status, body, _ = await get_json(http, "PUT", f"{sg.url}/v1/memory/k", headers=sg.headers(),
+                                     json={"text": "n" * 8000})
+    assert (status, body["error"]["code"]) == (413, "storage_quota_exceeded")
+    status, body, _ = await get_json(http, "POST", f"{sg.url}/v1/chat/completions",
+                                     headers=sg.headers(**{"x-llmgw-thread": "t1"}),
+                                     json={"model": "m", "messages": [{"role": "user", "content": "w" * 6000}]})
+    assert (status, body["error"]["code"]) == (413, "storage_quota_exceeded")
+    await sg.client().files.create(file=("b.jsonl", b"x" * 5536), purpose="batch")  # now exactly full
+    status, body, _ = await get_json(http, "POST", f"{sg.url}/v1/batches", headers=sg.headers(), json={
+        "input_file_id": "file-whatever", "endpoint": "/v1/chat/completions", "completion_window": "24h"})
+    assert (status, body["error"]["code"]) == (413, "storage_quota_exceeded")
+    assert await sg.store.storage_used(sg.project.id) == 65_536
