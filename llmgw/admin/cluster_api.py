@@ -35,6 +35,7 @@ from llmgw.admin.cluster_types import (
     RestartResult,
     ScaleChange,
 )
+from llmgw.admin.engine_types import EngineInstallStarted, EngineRow
 
 __all__ = [
     "Cluster",
@@ -164,3 +165,12 @@ class Cluster(Protocol):
 
     async def job(self, job_id: str) -> JobInfo:
         """One job with its steps; ClusterNotFound naming it when the leader has no such job."""
+
+    # ---- engines
+    async def engines(self, *, node: str | None) -> list[EngineRow]:
+        """Every node's engines (only `node`'s, when given: ClusterNotFound when it is not known)."""
+
+    async def install_engine(self, node_id: str, engine: str, version: str, *, actor: str) -> EngineInstallStarted:
+        """Have a node install an engine, followed by a job: ClusterNotFound for an unknown node; ClusterInvalid
+        for an engine its agent cannot install or a bad version; ClusterConflict while the node is not connected
+        or already installing that engine."""

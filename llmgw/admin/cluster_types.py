@@ -291,9 +291,10 @@ class JobInfo:
     """A change to a model, followed until the model serves as asked or the change has failed."""
 
     id: str = field("The job's id, like job-3f9a1c.")
-    model: str = field("The model it follows.")
+    model: str = field("The model it follows; for an engine install, the engine and its node: vllm on gpu-a.")
     kind: str = field("add, change (added again with replace), scale, restart or retry; start or move for replicas "
-                      "the control plane placed by itself (at start, after a crash, off a draining node).")
+                      "the control plane placed by itself (at start, after a crash, off a draining node); engine "
+                      "for an engine a node installs.")
     by: str = field("Who started it: the operator, or control-plane.")
     state: str = field("running; waiting for room (placement finds no free cards for a replica it needs); "
                        "done; or failed.")
@@ -303,6 +304,8 @@ class JobInfo:
     ended: dt.datetime | None = field("When it ended; null while it runs or waits.", None)
     replicas: list[str] = field("Ids of the replicas placed for it.", factory=list)
     steps: list[JobStep] = field("What it did, oldest first.", factory=list)
+    node: str = field("For an engine install: the node installing it.", "")
+    engine: str = field("For an engine install: the engine.", "")
 
 
 @attrs.frozen(kw_only=True)

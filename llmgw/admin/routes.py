@@ -17,6 +17,7 @@ from aiohttp import web
 
 from llmgw.admin import handlers_backup as hb
 from llmgw.admin import handlers_cluster as hc
+from llmgw.admin import handlers_engines as he
 from llmgw.admin import handlers_join as hj
 from llmgw.admin import handlers_logs as hl
 from llmgw.admin import handlers_notify as hn
@@ -63,6 +64,7 @@ from llmgw.admin.cluster_types import (
     ScaleChange,
 )
 from llmgw.admin.backup_types import BackupList, BackupMade
+from llmgw.admin.engine_types import EngineInstallRequest, EngineInstallStarted, EngineList, EngineQuery
 from llmgw.admin.join_types import JoinCodeCreate, JoinCodeInfo, JoinCodeIssued, JoinCodeList
 from llmgw.admin.notify_types import NotifyTestRequest, NotifyTestResult
 from llmgw.admin.dispatch import PREFIX, Route, make_endpoint
@@ -147,6 +149,11 @@ ROUTES: tuple[Route, ...] = (
           summary="Set or take off a node's labels"),
     Route(method="GET", path="/nodes/{node}/logs", handler=hl.get_node_logs, tag="cluster", response=NodeLog,
           query=NodeLogQuery, params=NODE, summary="Read a node's agent log, or a replica's engine log"),
+    Route(method="GET", path="/engines", handler=he.list_engines, tag="cluster", response=EngineList,
+          query=EngineQuery, summary="List every node's engines: installed, being installed, failed"),
+    Route(method="POST", path="/nodes/{node}/engines", handler=he.install_engine, tag="cluster",
+          response=EngineInstallStarted, request=EngineInstallRequest, params=NODE, status=202,
+          action="nodes.engine-install", target="node:{node}", summary="Have a node install an engine"),
     Route(method="GET", path="/models", handler=hc.list_models, tag="cluster", response=ModelList,
           summary="List the catalog"),
     Route(method="POST", path="/models", handler=hc.add_model, tag="cluster", response=ModelDetail,

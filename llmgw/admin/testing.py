@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from llmgw.admin.cluster_api import ClusterConflict, ClusterInvalid, ClusterNotFound
+from llmgw.admin.engine_types import EngineInstallStarted, EngineRow
 from llmgw.admin.cluster_types import (
     ClusterStatus,
     GpuInfo,
@@ -300,6 +301,22 @@ class FakeCluster:
         if found is None:
             raise ClusterNotFound(f"no job called {job_id!r}: `llmgw ctl jobs` lists them")
         return found
+
+    async def engines(self, *, node: str | None) -> list[EngineRow]:
+        if node is not None and node not in self._nodes:
+            raise ClusterNotFound(f"no node called {node!r} is known; `llmgw ctl nodes` lists them")
+        return [EngineRow(node=n.id, engine=e, version=v, default=True) for n in self._nodes.values()
+                for e, v in sorted(n.engines.items()) if node in (None, n.id)]
+
+    async def install_engine(self, node_id: str, engine: str, version: str, *, actor: str) -> EngineInstallStarted:
+        """Installed at once: the node's engines gain it and a job, done, says so."""
+        if node_id not in self._nodes:
+            raise ClusterNotFound(f"no node called {node_id!r} is known; `llmgw ctl nodes` lists them")
+        self.calls.append(("install_engine", (node_id, engine, version, actor)))
+        n = self._nodes[node_id]
+        self._nodes[node_id] = attrs.evolve(n, engines={**n.engines, engine: version or "1.0"})
+        job = self._job(f"{engine} on {node_id}", "engine", actor)
+        return EngineInstallStarted(node=node_id, engine=engine, version=version, job=job.id)
 
 
 # ---------------------------------------------------------------- a live server

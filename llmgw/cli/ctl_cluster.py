@@ -26,7 +26,7 @@ def register(sub) -> None:
     register_leaf(p, run_status)
 
     p = sub.add_parser("nodes", help="List nodes, or show one.", description="List every node with its state, "
-                       "GPUs, load and replicas; with NODE, everything about that one.")
+                       "GPUs, load, replicas and engines with their versions; with NODE, everything about that one.")
     p.add_argument("node", nargs="?", metavar="NODE")
     register_leaf(p, run_nodes)
 
@@ -200,8 +200,10 @@ def run_nodes(args: argparse.Namespace, client: AdminClient) -> int:
     rows = [{"node": n["id"], "state": n["state"], "address": n["address"],
              "gpus": ", ".join(sorted({g["class"] for g in n["gpus"]})) + (f" x{len(n['gpus'])}" if n["gpus"] else "")
              or "-", "cores": n["cores"], "memory": _gib(n["memory_total_bytes"]),
-             "replicas": len(n["replicas"]), "agent": n["agent_version"]} for n in nodes["nodes"]]
-    print_table(rows, ["node", "state", "address", "gpus", "cores", "memory", "replicas", "agent"])
+             "replicas": len(n["replicas"]), "agent": n["agent_version"],
+             "engines": ", ".join(f"{k} {v}" for k, v in sorted(n["engines"].items())) or "-"}
+            for n in nodes["nodes"]]
+    print_table(rows, ["node", "state", "address", "gpus", "cores", "memory", "replicas", "agent", "engines"])
     return 0
 
 

@@ -16,6 +16,7 @@ from llmgw.cli import ctl_cert, ctl_cluster, ctl_guard, ctl_jobs, ctl_ops, ctl_p
 from llmgw.cli import ctl_server_config
 from llmgw.cli import ctl_backup
 from llmgw.cli import ctl_notify
+from llmgw.cli import ctl_engines
 
 HELP = "Drive a running control plane through its admin API (every operation, --json)."
 DESCRIPTION = (
@@ -32,6 +33,7 @@ def register(sub) -> None:
     ctl_sub = parser.add_subparsers(dest="ctl_command", metavar="COMMAND")
     ctl_cluster.register(ctl_sub)
     ctl_jobs.register(ctl_sub)
+    ctl_engines.register(ctl_sub)
     ctl_ops.register(ctl_sub)
     ctl_backup.register(ctl_sub)
     ctl_notify.register(ctl_sub)

@@ -523,6 +523,10 @@ class ModelConfig:
     )
     price: Price | None = setting(None, doc="What this model costs; empty uses prices.default.")
     profiles: list[Profile] = setting(
+    engine_version: str = setting(
+        "", doc="The engine version it must run on, like 0.9.1 (vLLM); placement uses only nodes that have it or "
+                "whose agent can install it. Empty: whatever version the node has.",
+    )
         factory=list, doc="Ways to run it on the cluster, in order of preference."
     )
     scaling: Scaling = section(Scaling, doc="How many replicas run.")

@@ -45,6 +45,7 @@ from llmgw.admin.cluster_types import (
 )
 from llmgw.admin.fields import UNSET
 from llmgw.control.catalog import CatalogError, UnknownModel, model_to_spec
+from llmgw.control.admin_engines import AdminEngines
 from llmgw.control.jobs import Job
 from llmgw.control.node_logs import NodeNotAnswering, NodeNotConnected, UnknownNode
 from llmgw.control.service import ControlPlane, ControlPlaneSlot
@@ -91,7 +92,8 @@ def _job(job: Job) -> JobInfo:
 
     return JobInfo(id=job.id, model=job.model, kind=job.kind, by=job.by, state=job.state, now=job.now,
                    started=at(job.started), ended=at(job.ended) if job.ended is not None else None,
-                   replicas=list(job.replicas), steps=[JobStep(at=at(s.at), text=s.text) for s in job.steps])
+                   replicas=list(job.replicas), steps=[JobStep(at=at(s.at), text=s.text) for s in job.steps],
+                   node=job.node, engine=job.engine)
 
 
 def _model_info(explained: Mapping[str, Any]) -> ModelInfo:
@@ -105,7 +107,7 @@ def _model_info(explained: Mapping[str, Any]) -> ModelInfo:
     )
 
 
-class AdminCluster:
+class AdminCluster(AdminEngines):
     """Implements `llmgw.admin.cluster_api.Cluster` over the server's control plane."""
 
     def __init__(self, slot: ControlPlaneSlot) -> None:

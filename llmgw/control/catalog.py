@@ -21,6 +21,7 @@ audit event naming the actor.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -207,6 +208,23 @@ class Catalog:
     """The models the scheduler places, by name (aliases resolve too)."""
 
     def __init__(
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$")
+
+
+def check_engine_version(model: ModelConfig) -> list[str]:
+    """A pinned engine_version is a version, of the one engine every profile runs."""
+    if not model.engine_version:
+        return []
+    if not _VERSION.match(model.engine_version):
+        return [f"engine_version: {model.engine_version!r} is not a version (like 0.9.1): letters, digits "
+                f"and . + ! _ - only"]
+    names = sorted({p.engine or model.engine for p in model.profiles})
+    if len(names) > 1:
+        return [f"engine_version: its profiles run different engines ({', '.join(names)}); pin a version only "
+                f"when they all run one"]
+    return []
+
+
         self,
         file_models: Sequence[ModelConfig],
         store: Store | None = None,
@@ -307,7 +325,7 @@ class Catalog:
 
     def _problems(self, model: ModelConfig) -> list[str]:
         problems = check_scaling(model.scaling)
-        return problems + check_engines(model, self.engines)
+        return problems + check_engines(model, self.engines) + check_engine_version(model)
 
     # -- changing ---------------------------------------------------------------
 

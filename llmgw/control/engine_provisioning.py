@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from llmgw.control.inventory import Node
-from llmgw.control.placement import Decision, place
+from llmgw.control.placement import Decision, has_engine, place
 from llmgw.obs import logs
 from llmgw.wire.messages import EngineInstalled, EngineStatus, EngineWant, Provision
 
@@ -53,10 +53,11 @@ class EngineState:
     error: str = ""
     request_id: str = ""
     by: str = ""  #: who asked: an operator, or the control plane for a model
+    job: str = ""  #: the job following it (llmgw ctl jobs ID)
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.engine, "version": self.version, "state": self.state, "step": self.step,
-                "error": self.error, "by": self.by}
+                "error": self.error, "by": self.by, "job": self.job}
 
 
 class EngineProvisioning(_Base):
@@ -72,6 +73,7 @@ class EngineProvisioning(_Base):
         state = EngineState(engine=engine, version=version, request_id=f"eng-{secrets.token_hex(4)}",
                             by=by or "an operator", step="asked for; not yet sent")
         self.engine_states.setdefault(node_id, {})[engine] = state
+        state.job = self.observer.engine_install(node_id, state)
         self._provision_due.add((node_id, engine))
         logs.event(log, "engine install asked", node_id=node_id, engine=engine, version=version or "newest",
                    by=state.by)
@@ -93,6 +95,8 @@ class EngineProvisioning(_Base):
                 continue
             self._provision_due.discard((node_id, engine))
             state.step = "sent to the node"
+            if state.job:
+                self.observer.engine_install(node_id, state)
 
     # ---------------------------------------------------------------- what agents say
 
@@ -107,6 +111,8 @@ class EngineProvisioning(_Base):
         state.state, state.step, state.error = msg.state, msg.step, msg.error
         if msg.version:
             state.version = msg.version
+        if state.job:
+            self.observer.engine_install(node_id, state)
         waiting = [r for r in self.records.values() if r.node == node_id and r.awaiting_engine == msg.engine]
         for rec in waiting:
             rec.since = self.clock()  # progress: not stuck
@@ -139,12 +145,13 @@ class EngineProvisioning(_Base):
         """A decision placing `model` on a node that would have to install its engine first:
         (decision, engine, version), or None when no such node would do."""
         engines = {p.engine or model.config.engine for p in model.config.profiles}
+        version = model.config.engine_version  # pinned: a node with another version installs that one
         nodes, changed = [], set()
         for node in self.inventory.nodes():
-            lacking = [e for e in engines if e not in node.engines and e in node.installable
+            lacking = [e for e in engines if not has_engine(node, e, version) and e in node.installable
                        and e not in node.engine_problems and e in (self.engines or {e: None})]
             if lacking and node.connected and not node.lost:
-                given = {e: "(to be installed)" for e in lacking}
+                given = {e: version or "(to be installed)" for e in lacking}
                 nodes.append(attrs.evolve(node, engines={**node.engines, **given}))
                 changed.add(node.id)
             else:
@@ -157,16 +164,16 @@ class EngineProvisioning(_Base):
         if placement is None or placement.node not in changed:
             return None
         node = self.inventory.get(placement.node)
-        if node is not None and placement.engine in node.engines:
+        if node is not None and has_engine(node, placement.engine, version):
             return None
-        return decision, placement.engine, ""
+        return decision, placement.engine, version
 
     def _await_engine(self, rec: ReplicaRecord, engine: str, version: str) -> None:
         """`rec` waits for its node to install `engine`; the node is asked unless it is installing it now."""
         rec.awaiting_engine = engine
-        rec.message = f"waiting for {rec.node} to install {engine}"
+        rec.message = f"waiting for {rec.node} to install {engine}" + (f" {version}" if version else "")
         state = self.engine_states.get(rec.node, {}).get(engine)
-        if state is None or state.state in ENDED:
+        if state is None or state.state in ENDED or (version and state.version != version):
             self.install_engine(rec.node, engine, version, by=f"the control plane, for {rec.model}")
 
     def _engine_arrived(self, rec: ReplicaRecord) -> bool:
@@ -174,7 +181,8 @@ class EngineProvisioning(_Base):
         if not rec.awaiting_engine:
             return True
         node = self.inventory.get(rec.node)
-        if node is not None and rec.awaiting_engine in node.engines:
+        cm = self.catalog.get(rec.model)
+        if node is not None and has_engine(node, rec.awaiting_engine, cm.config.engine_version if cm else ""):
             rec.awaiting_engine = ""
             rec.since = self.clock()
             return True

@@ -18,6 +18,13 @@ of each pass, when every job still running is measured against its goal:
 - failed when the model is parked after failing every start, leaves the
   catalog, or when this control plane stops leading.
 
+An engine install (kind `engine`) follows one node installing one engine
+instead of a model: started when an operator asks for it or placement has a
+node install a model's engine, a step (with its time) each time the agent
+says what it is doing, done when the node says it is installed and failed
+in the installer's words (`engine_install`, fed by engine_provisioning.py).
+Its `model` reads `vllm on gpu-a`.
+
 Jobs are kept in the leader's memory only, since it started: each one still
 running, and the last `KEEP_ENDED` that ended.
 """
@@ -36,6 +43,7 @@ from llmgw.control.state import ModelState, ReplicaRecord
 from llmgw.wire.messages import WeightsProgress
 
 if TYPE_CHECKING:
+    from llmgw.control.engine_provisioning import EngineState
     from llmgw.control.reconciler import Reconciler
 
 __all__ = ["ACTIVE_STATES", "JOB_KINDS", "JOB_STATES", "KEEP_ENDED", "Job", "JobStep", "Jobs",
@@ -52,6 +60,7 @@ JOB_KINDS = {
     "retry": "a parked model started again",
     "start": "replicas the control plane placed by itself (at start, after a crash, for load)",
     "move": "a replica moved off a draining node",
+    "engine": "an engine installed on a node (an operator asked, or the control plane for a model)",
 }
 #: Ended jobs kept; the oldest is forgotten first.
 KEEP_ENDED = 200
@@ -98,6 +107,11 @@ class ReconcilerObserver:
     def reset(self, reason: str) -> None:
         """The reconciler forgot everything: this control plane stopped leading."""
 
+    def engine_install(self, node_id: str, state: EngineState) -> str:
+        """A node is asked to install an engine, or says how it goes (`state` as it stands now);
+        returns the id of the job following it ("" when none does)."""
+        return ""
+
 
 # ---------------------------------------------------------------- jobs
 
@@ -127,6 +141,9 @@ class Job:
     after_pass: int = 0
     #: the last state of the weights on each node, so a step is written when it changes
     weights: dict[str, str] = attrs.Factory(dict)
+    #: an engine install: the node and the engine (its `model` reads "vllm on gpu-a")
+    node: str = ""
+    engine: str = ""
 
     @property
     def active(self) -> bool:
@@ -135,7 +152,8 @@ class Job:
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "model": self.model, "kind": self.kind, "by": self.by, "state": self.state,
                 "now": self.now, "started": self.started, "ended": self.ended, "replicas": list(self.replicas),
-                "steps": [{"at": s.at, "text": s.text} for s in self.steps]}
+                "steps": [{"at": s.at, "text": s.text} for s in self.steps], "node": self.node,
+                "engine": self.engine}
 
 
 def new_job_id() -> str:
@@ -276,8 +294,30 @@ class Jobs(ReconcilerObserver):
             self._end(job, "failed", f"no longer followed: {reason}")
 
     def pass_ended(self, rec: Reconciler) -> None:
-        for job in [j for j in self._jobs.values() if j.active and j.after_pass < self._passes]:
+        for job in [j for j in self._jobs.values() if j.active and j.after_pass < self._passes and not j.engine]:
             self._measure(job, rec)
+
+    def engine_install(self, node_id: str, state: EngineState) -> str:
+        job = self._jobs.get(state.job) if state.job else None
+        if job is None or not job.active:
+            who = CONTROL_PLANE if state.by.startswith("the control plane") else state.by
+            job = self.start(f"{state.engine} on {node_id}", "engine", who,
+                             first=f"{state.by} asked {node_id} to install {state.engine}"
+                                   + (f" {state.version}" if state.version else " (the newest the index offers)"))
+            job.node, job.engine = node_id, state.engine
+            return job.id
+        if state.state == "installed":
+            took = self.wall_clock() - job.started
+            self._end(job, "done", f"{state.engine} {state.version} installed on {node_id}"
+                      + (f" ({state.step})" if state.step else "") + f" in {took:.0f} s")
+        elif state.state == "failed":
+            error = state.error.strip() or "the installer said nothing"
+            if "\n" in error:
+                self._step(job, f"the installer said:\n{error}")
+            self._end(job, "failed", f"{state.engine} could not be installed on {node_id}: {error.splitlines()[-1]}")
+        elif state.step and state.step != job.now:
+            self._step(job, state.step)
+        return job.id
 
     # ---------------------------------------------------------------- has it got there?
 

@@ -233,8 +233,17 @@ def _rooms(nodes: Sequence[Node], holdings: Iterable[Holding], model: str) -> di
 # ---------------------------------------------------------------- filters
 
 
-def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engine] | None) -> str | None:
-    """Why the node cannot run this profile whatever is stopped there, or None."""
+def has_engine(node: Node, engine: str, version: str = "") -> bool:
+    """Whether `node` has `engine` installed (at `version`, when one is pinned)."""
+    if not version:
+        return engine in node.engines
+    return node.engines.get(engine) == version or any(
+        i.engine == engine and i.version == version for i in node.engine_installs)
+
+
+def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engine] | None,
+          version: str = "") -> str | None:
+    """Why the node cannot run this profile (its engine at `version`, when pinned) whatever is stopped there."""
     node = room.node
     if node.lost:
         return "lost: its agent has not been heard from within the heartbeat window"
@@ -263,6 +272,14 @@ def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engi
         if have != wanted:
             return f"its label {key} is {have}, the profile wants {wanted}"
     if profile.gpus > 0:
+    if version and not has_engine(node, engine, version):
+        problem = node.engine_problems.get(engine)
+        if problem:
+            return (f"engine {engine} {version} could not be installed here: {problem.strip().splitlines()[-1]} "
+                    f"(llmgw ctl engines says more; asking for it again retries)")
+        have = sorted({i.version for i in node.engine_installs if i.engine == engine} | {node.engines[engine]})
+        return (f"has {engine} {', '.join(have)}, not {version} as the model pins"
+                + ("; its agent can install it" if engine in node.installable else ""))
         if not node.gpus:
             return f"has no GPUs; the profile needs {profile.gpus}"
         healthy = room.healthy_gpus(profile.gpu_class)
@@ -570,14 +587,15 @@ class PlacementPass:
 
     # -- the filters, once per profile --------------------------------------------
 
-    def _view(self, profile: Profile, engine: str) -> _View:
+    def _view(self, profile: Profile, engine: str, version: str = "") -> _View:
         plugin = self.engines.get(engine) if self.engines else None
         key = (engine, tuple(plugin.devices) if plugin is not None else None, profile.gpus, profile.gpu_class,
-               profile.memory, profile.cores, tuple(profile.node_selector.items()))
+               profile.memory, profile.cores, tuple(profile.node_selector.items()), version)
         view = self._views.get(key)
         if view is None:
             view = self._views[key] = _View([
-                _gate(_Room(node, set(), 0, 0, 0, 0, []), profile, engine, self.engines) for node in self._node
+                _gate(_Room(node, set(), 0, 0, 0, 0, []), profile, engine, self.engines, version)
+                for node in self._node
             ])
             for s in view.members:
                 self._slot_views[s].append(view)
@@ -616,7 +634,7 @@ class PlacementPass:
                     stopped.append(f"{profile.name}: {words}" if len(model.profiles) > 1 else words)
                     continue
             engine = profile.engine or model.engine
-            view = self._view(profile, engine)
+            view = self._view(profile, engine, model.engine_version)
             tried.append((profile, engine, view))
             s = self._best(view, profile, here, in_rack, weights, avoid_slots)
             if s is not None:

@@ -610,8 +610,8 @@ class Reconciler(AgentEvents, EngineProvisioning):
         profile = next((p for p in cm.config.profiles if p.name == rec.profile), cm.config.profiles[0])
         node = self.inventory.get(rec.node)
         return StartShard(
-            shard_id=rec.id, model=cm.name, engine=rec.engine,
-            engine_version=node.engines.get(rec.engine, "") if node is not None else "",
+            shard_id=shard_id, model=cm.name, engine=rec.engine,
+            engine_version=cm.config.engine_version or (node.engines.get(rec.engine, "") if node is not None else ""),
             weights=WeightsSource(source=cm.config.source) if cm.config.source else None,
             args=tuple(profile.args), env=dict(profile.env), gpus=rec.gpus,
             # Port 0: the agent picks one from its engine_ports and says which in ShardStatus.

@@ -56,8 +56,10 @@ def test_status_describes_nodes_models_and_replicas(capsys, live):
 
 def test_nodes_table_and_one_node(capsys, live):
     out = ok(capsys, "nodes")
-    assert out.splitlines()[0].split() == ["NODE", "STATE", "ADDRESS", "GPUS", "CORES", "MEMORY", "REPLICAS", "AGENT"]
-    assert "gpu-a-02" in out
+    assert out.splitlines()[0].split() == ["NODE", "STATE", "ADDRESS", "GPUS", "CORES", "MEMORY", "REPLICAS", "AGENT",
+                                           "ENGINES"]
+    assert "gpu-a-02" in out and out.splitlines()[1].endswith("sim 1.0")  # each engine with its version
+    assert "engines: sim 1.0" in ok(capsys, "nodes", "gpu-a-01")
     assert "gpu 1: h100-80g" in ok(capsys, "nodes", "gpu-a-01")
     assert ok_json(capsys, "nodes", "gpu-a-01")["replicas"] == ["qwen-small-0001"]
 
