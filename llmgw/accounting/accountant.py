@@ -91,6 +91,7 @@ class Accountant:
         )
         # Budgets count the rows not yet in the store (buffered, or journaled while it fails) too.
         self.budgets.pending = self.usage.pending_spend
+        self.budgets.pending_lock = self.usage.lock
 
     async def start(self) -> None:
         await self.usage.start()

@@ -19,6 +19,7 @@ requests on one event loop cannot together overshoot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -127,6 +128,9 @@ class BudgetBook:
         self._told: dict[tuple[str, str, str], dt.datetime] = {}  # (kind, id, period) -> period start told
         #: the cost of rows not yet in the store for (kind, id, start, end): the usage writer's pending_spend
         self.pending: Callable[[str, str, dt.datetime, dt.datetime], int] | None = None
+        #: held while the store is read and ``pending`` added: the usage writer's, so no batch is half-way
+        #: (out of its buffer, not yet in the store) when the two are added up
+        self.pending_lock: asyncio.Lock | None = None
 
     # ---- reading -------------------------------------------------------------
 
@@ -160,9 +164,10 @@ class BudgetBook:
 
     async def _read(self, st: BudgetState) -> None:
         try:
-            value = await self.store.spend_since(st.scope_kind, st.scope_id, st.start)
-            if self.pending is not None:
-                value += self.pending(st.scope_kind, st.scope_id, st.start, st.end)
+            async with self.pending_lock or contextlib.nullcontext():
+                value = await self.store.spend_since(st.scope_kind, st.scope_id, st.start)
+                if self.pending is not None:
+                    value += self.pending(st.scope_kind, st.scope_id, st.start, st.end)
             st.spent = max(st.spent, value)
             st.fresh = True
         except StoreError as exc:

@@ -119,6 +119,11 @@ class UsageWriter:
         return len(self._journaled)
 
     @property
+    def lock(self) -> asyncio.Lock:
+        """Held while rows move between the buffer, the store and the journal."""
+        return self._lock
+
+    @property
     def failing(self) -> bool:
         """Whether the last write to the store failed."""
         return self._failing
