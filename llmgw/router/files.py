@@ -2,9 +2,9 @@
 
 A file is one row in the store, its bytes included, so a backup of the
 store carries it. An upload is read 256 KiB at a time into a temporary file
-(past 1 MiB, on disk), and uploads go into the store one at a time, so
-parallel uploads wait on disk rather than in memory; each counts against its
-project's storage quota (router.clients.project_storage_bytes). It belongs to the key's project (else its person; on a
+(past 1 MiB, on disk), then into the store 1 MiB at a time: it is never
+whole in memory. Each counts against its project's storage quota
+(router.clients.project_storage_bytes). It belongs to the key's project (else its person; on a
 gateway without keys, to everyone) and only keys of that owner reach it.
 Uploads are `purpose=batch` (a batch's requests, JSONL) of at most
 `router.batch.max_file_bytes`; a batch writes its answers as files of
@@ -103,20 +103,15 @@ async def upload(request: web.Request) -> web.Response:
         expires_at = _expiry(fields)
         owner = owner_of(principal)
         await client_data(request).check_quota(owner, size)
-        async with _STORING:  # one upload at a time goes from its spool file into the store
-            spool.seek(0)
-            content = spool.read()
-            with store_errors("files"):
-                stored = await store.create_file(owner, purpose=purpose, filename=filename, content=content,
-                                                 expires_at=expires_at)
-            del content
+        spool.seek(0)
+        with store_errors("files"):  # from the spool file into the store, 1 MiB at a time
+            stored = await store.create_file(owner, purpose=purpose, filename=filename, content=spool,
+                                             expires_at=expires_at)
     return json_response(file_json(stored))
 
 
 #: Bytes of an upload kept in memory before it goes to a temporary file on disk.
 SPOOL_IN_MEMORY = 1024 * 1024
-#: Uploads read into memory at once, to be written to the store: one, so parallel uploads wait on disk.
-_STORING = asyncio.Semaphore(1)
 
 
 def _too_large(limit: int) -> GatewayError:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 from .client_data import (
     DEFAULT_THREAD_RETENTION,
@@ -637,9 +637,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def create_file(
-        self, owner: str, *, purpose: str, filename: str, content: bytes, expires_at: dt.datetime | None = None,
+        self, owner: str, *, purpose: str, filename: str, content: bytes | BinaryIO,
+        expires_at: dt.datetime | None = None,
     ) -> StoredFile:
-        """Keep a file's bytes in the store; ``expires_at`` None keeps it until deleted."""
+        """Keep a file's bytes in the store; ``expires_at`` None keeps it until deleted. ``content`` given as
+        an open file is read from where it stands to its end, 1 MiB at a time, and kept in pieces."""
 
     @abc.abstractmethod
     async def get_file(self, owner: str, file_id: str) -> StoredFile | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import validate as v
 from .client_data import (
@@ -33,6 +33,8 @@ BATCH_COLS = (
     "completed_at, failed_at, expired_at, cancelling_at, cancelled_at"
 )
 _MAX_FILENAME = 255
+#: The largest piece of an uploaded file kept in one row of file_chunks.
+FILE_CHUNK_BYTES = 1024 * 1024
 _MAX_LINE_TEXT = 64 * 1024 * 1024
 
 
@@ -76,20 +78,39 @@ class SQLFilesBatches(SQLStoreBase):
         *,
         purpose: str,
         filename: str,
-        content: bytes,
+        content: bytes | BinaryIO,
         expires_at: dt.datetime | None = None,
     ) -> StoredFile:
         owner = _check_owner(owner)
         purpose = v.check_choice(purpose, FILE_PURPOSES, "purpose")
         filename = v.check_text(filename, "filename", max_len=_MAX_FILENAME)
-        if not isinstance(content, (bytes, bytearray, memoryview)):
-            raise Invalid(f"content: expected bytes, got {type(content).__name__}")
-        content = bytes(content)
+        start = 0
+        if isinstance(content, (bytes, bytearray, memoryview)):
+            whole: bytes | None = bytes(content)
+            size = len(whole)
+        elif callable(getattr(content, "read", None)) and callable(getattr(content, "seek", None)):
+            whole = None  # read a piece at a time, from where it is now to its end
+            start = content.tell()
+            size = content.seek(0, 2) - start
+            content.seek(start)
+        else:
+            raise Invalid(f"content: expected bytes or a file, got {type(content).__name__}")
         expires_at = v.check_opt_time(expires_at, "expires_at")
         now = self._now()
         record = StoredFile(id=new_file_id(), owner=owner, purpose=purpose, filename=filename,
-                            bytes=len(content), created_at=now, expires_at=expires_at)
-        await self._write(lambda tx: self._insert_file(tx, record, content))
+                            bytes=size, created_at=now, expires_at=expires_at)
+
+        async def work(tx: Tx) -> None:
+            await self._insert_file(tx, record, whole if whole is not None else b"")
+            if whole is None:
+                content.seek(start)  # type: ignore[union-attr]  # from its start again if the write is retried
+                seq = 0
+                while piece := content.read(FILE_CHUNK_BYTES):  # type: ignore[union-attr]
+                    await tx.execute("INSERT INTO file_chunks (file_id, seq, data) VALUES (?, ?, ?)",
+                                     record.id, seq, piece)
+                    seq += 1
+
+        await self._write(work)
         return record
 
     async def _insert_file(self, tx: Tx, f: StoredFile, content: bytes) -> None:
@@ -114,7 +135,14 @@ class SQLFilesBatches(SQLStoreBase):
         live, now = self._live()
 
         async def work(tx: Tx) -> Any:
-            return await tx.fetchval(f"SELECT content FROM files WHERE id = ? AND owner = ?{live}", file_id, owner, now)
+            r = await tx.fetchrow(f"SELECT bytes, content FROM files WHERE id = ? AND owner = ?{live}",
+                                  file_id, owner, now)
+            if r is None:
+                return None
+            if r["bytes"] and not r["content"]:  # kept in pieces
+                rows = await tx.fetch("SELECT data FROM file_chunks WHERE file_id = ? ORDER BY seq", file_id)
+                return b"".join(bytes(row["data"]) for row in rows)
+            return r["content"]
 
         content = await self._read(work)
         return None if content is None else bytes(content)
@@ -154,7 +182,10 @@ class SQLFilesBatches(SQLStoreBase):
         file_id = v.check_id(file_id, "file id")
 
         async def work(tx: Tx) -> bool:
-            return bool(await tx.execute("DELETE FROM files WHERE id = ? AND owner = ?", file_id, owner))
+            gone = bool(await tx.execute("DELETE FROM files WHERE id = ? AND owner = ?", file_id, owner))
+            if gone:
+                await tx.execute("DELETE FROM file_chunks WHERE file_id = ?", file_id)
+            return gone
 
         return await self._write(work)
 
@@ -162,6 +193,8 @@ class SQLFilesBatches(SQLStoreBase):
         now = self._t(self._now())
 
         async def work(tx: Tx) -> int:
+            await tx.execute("DELETE FROM file_chunks WHERE file_id IN (SELECT id FROM files"
+                             " WHERE expires_at IS NOT NULL AND expires_at <= ?)", now)
             return await tx.execute("DELETE FROM files WHERE expires_at IS NOT NULL AND expires_at <= ?", now)
 
         return await self._write(work)
