@@ -108,13 +108,13 @@ def test_a_stray_value_and_a_missing_one_are_named(engines):
         "args[0]: '4096' is not a flag, nor the value of the flag before it; write flags as --name value or "
         "--name=value",
         "args[1]: --ctx-size takes a value, and none follows it"]
-    assert engines["llamacpp"].validate(["--mlock=yes"], {}) == ["args[0]: --mlock takes no value; write it alone"]
+    assert engines["llamacpp"].validate(["--jinja=yes"], {}) == ["args[0]: --jinja takes no value; write it alone"]
 
 
 def test_ordinary_tuning_passes(engines):
     assert engines["vllm"].validate(["--max-num-seqs", "128", "--gpu-memory-utilization=0.85"],
                                     {"VLLM_ATTENTION_BACKEND": "FLASHINFER", "NCCL_DEBUG": "INFO"}) == []
-    assert engines["llamacpp"].validate(["--ctx-size", "4096", "--seed", "-1", "--mlock", "-fa", "on"],
+    assert engines["llamacpp"].validate(["--ctx-size", "4096", "--seed", "-1", "--jinja", "-fa", "on", "--load-mode", "mmap"],
                                         {"GGML_SCHED_MAX_COPIES": "1", "OMP_NUM_THREADS": "4"}) == []
     assert engines["sim"].validate(["--ttft", "0.5", "--no-enable-prefix-caching"], {}) == []
 

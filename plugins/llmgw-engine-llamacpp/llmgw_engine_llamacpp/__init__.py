@@ -27,7 +27,7 @@ class LlamaCppEngine(Engine):
             "--predict= --cache-reuse= -kvu --kv-unified --swa-full --ctx-checkpoints= --swa-checkpoints= "
             "-to= --timeout= --threads-http= --prio= --poll= --numa= -C= --cpu-mask= --cpu-range= "
             # memory and devices
-            "--mlock --no-mmap -ngl= --n-gpu-layers= --gpu-layers= -sm= --split-mode= -ts= --tensor-split= "
+            "-lm= --load-mode= -ngl= --n-gpu-layers= --gpu-layers= -sm= --split-mode= -ts= --tensor-split= "
             "-mg= --main-gpu= -dev= --device= -ot= --override-tensor= -cmoe --cpu-moe -ncmoe= --n-cpu-moe= "
             "-nkvo --no-kv-offload -ctk= --cache-type-k= -ctv= --cache-type-v= -fa= --flash-attn= "
             "-dt= --defrag-thold= --no-op-offload --no-repack "
@@ -42,8 +42,7 @@ class LlamaCppEngine(Engine):
             # chat and serving
             "--jinja --chat-template= --reasoning-format= --reasoning-budget= --no-prefill-assistant "
             "--embedding --embeddings --rerank --reranking --pooling= --slots --no-slots --props "
-            "--slot-prompt-similarity= -sps= --no-webui --n-probs= "
-            "--draft-max= --draft= --draft-n= --draft-min= --draft-n-min= --draft-p-min= "
+            "--slot-prompt-similarity= -sps= --no-webui --draft-p-min= "
             # its own log, on stderr
             "-v --verbose --log-verbose -lv= --verbosity= --log-verbosity= --log-colors= --log-prefix "
             "--log-timestamps --log-disable"
