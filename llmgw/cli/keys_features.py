@@ -1,7 +1,10 @@
-"""`llmgw keys threads|memory|cache`: a project's stored conversations, memory notes and answer cache.
+"""`llmgw keys threads|memory|cache|quota`: a project's stored conversations, memory notes and answer
+cache, and how much it may keep.
 
-Each is off until turned on here. With no option the command shows the
-project's setting. A running gateway reads a change within 30 seconds.
+Each switch is off until turned on here; the quota is the server's
+(router.clients.project_storage_bytes) until set here. With no option the
+command shows the project's setting. A running gateway reads a change within
+30 seconds.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ _FEATURES = {
 
 
 def register(commands) -> None:
-    """Add `threads`, `memory` and `cache` under `llmgw keys`."""
+    """Add `threads`, `memory`, `cache` and `quota` under `llmgw keys`."""
     for name, (summary, description, extra) in _FEATURES.items():
         parser = commands.add_parser(name, help=summary, description=description)
         parser.add_argument("project", metavar="PROJECT", help="the project, as ORG/TEAM/PROJECT or ORG/PROJECT")
@@ -54,6 +57,55 @@ def register(commands) -> None:
         add_json_flag(parser)
         add_store_arguments(parser)
         parser.set_defaults(handler=tenancy_command(_handler(name)), feature=name)
+    parser = commands.add_parser(
+        "quota", help="Set how much a project may keep (files, threads, notes, responses), or show it.",
+        description=("Set a project's own storage quota: what its files, batch results, thread turns, memory "
+                     "notes and stored responses may take together, like 50GiB; 0 is no limit. Past it, uploads, "
+                     "batches, notes and thread turns are refused with 413 storage_quota_exceeded. --default "
+                     "gives it the server's router.clients.project_storage_bytes again."))
+    parser.add_argument("project", metavar="PROJECT", help="the project, as ORG/TEAM/PROJECT or ORG/PROJECT")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("size", metavar="SIZE", nargs="?", help="the quota, like 50GiB or 500MB; 0 is no limit")
+    choice.add_argument("--default", action="store_true", help="use the server's quota again")
+    add_json_flag(parser)
+    add_store_arguments(parser)
+    parser.set_defaults(handler=tenancy_command(_quota))
+
+
+async def _quota(args: argparse.Namespace, tenancy) -> int:
+    from llmgw.config.units import ByteSize
+    from llmgw.store.client_data import SERVER_QUOTA
+
+    node = await tenancy.find(args.project, "project")
+    store = tenancy.store
+    change: int | None = None
+    if args.default:
+        change = SERVER_QUOTA
+    elif args.size is not None:
+        try:
+            change = int(ByteSize.parse(args.size))
+        except ValueError as exc:
+            raise UsageError(f"SIZE: {exc}") from None
+    if change is not None:
+        features = await store.set_project_features(node.id, actor=tenancy.actor, storage_quota_bytes=change)
+        await store.append_audit(tenancy.actor, "keys.quota", f"project:{node.id}",
+                                 {"path": node.path, "storage_quota_bytes": features.storage_quota_bytes})
+    else:
+        features = await store.get_project_features(node.id)
+    used = await store.storage_used(node.id)
+    own = features.storage_quota_bytes
+    if args.json:
+        print_json({"project": node.path, "project_id": node.id, "storage_quota_bytes": own,
+                    "server_default": own is None, "used_bytes": used})
+        return 0
+    from llmgw.config.units import ByteSize
+
+    quota = "the server's (router.clients.project_storage_bytes)" if own is None else (
+        "no limit" if own == 0 else str(ByteSize(own)))
+    print(f"{node.path}: storage quota {quota}; keeps {ByteSize(used)} now")
+    if change is not None:
+        print("A running gateway reads the change within 30 seconds.")
+    return 0
 
 
 def _handler(feature: str):

@@ -116,15 +116,20 @@ class ClientData:
 
     async def check_quota(self, owner: str, adding: int = 0) -> None:
         """413 when what `owner` keeps, with `adding` bytes more, would pass router.clients.project_storage_bytes."""
-        quota = int(self.config.router.clients.project_storage_bytes)
-        if not quota or self.store is None:
+        if self.store is None:
             return
+        quota = int(self.config.router.clients.project_storage_bytes)
         with store_errors("the storage quota"):
+            own = (await self.features(owner)).storage_quota_bytes  # `llmgw keys quota`
+            quota = quota if own is None else own
+            if not quota:
+                return
             used = await self.store.storage_used(owner)
         if used + adding > quota:
             raise GatewayError(
                 413, "storage_quota_exceeded",
-                f"this project keeps {_mib(used)} and may keep {_mib(quota)} (router.clients.project_storage_bytes)"
+                f"this project keeps {_mib(used)} and may keep {_mib(quota)} "
+                + ("(router.clients.project_storage_bytes)" if own is None else "(its own quota, llmgw keys quota)")
                 + (f"; this adds {_mib(adding)}" if adding else "")
                 + ": delete files (DELETE /v1/files/{id}), threads or memory notes it no longer needs, "
                   "or ask an operator for more", param=None)

@@ -579,8 +579,10 @@ class Store(abc.ABC):
         memory: bool | None = None,
         cache: bool | None = None,
         cache_ttl: dt.timedelta | None = None,
+        storage_quota_bytes: int | None = None,
     ) -> ProjectFeatures:
-        """Change some of a project's switches (None leaves one as it is); NotFound for no such project."""
+        """Change some of a project's switches (None leaves one as it is); NotFound for no such project.
+        ``storage_quota_bytes``: its own quota (0: no limit), or SERVER_QUOTA for the server's again."""
 
     @abc.abstractmethod
     async def get_thread_turns(self, project_id: str, thread_id: str) -> list[ThreadTurn]:

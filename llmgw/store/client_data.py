@@ -52,6 +52,10 @@ BATCH_STATUS_TIMES: dict[str, str] = {
 }
 
 
+#: `set_project_features(storage_quota_bytes=SERVER_QUOTA)`: back to the server's quota.
+SERVER_QUOTA = -1
+
+
 @attrs.frozen(kw_only=True)
 class ProjectFeatures:
     """A project's switches: stored conversations, memory notes and the answer cache."""
@@ -62,6 +66,8 @@ class ProjectFeatures:
     memory: bool = False
     cache: bool = False
     cache_ttl: dt.timedelta = DEFAULT_CACHE_TTL
+    #: bytes the project may keep (0: no limit); None: the server's router.clients.project_storage_bytes
+    storage_quota_bytes: int | None = None
     updated_at: dt.datetime | None = None  # None: never set, the defaults
     actor: str | None = None
 

@@ -26,6 +26,7 @@ from .client_data import (
     MAX_THREAD_ID,
     MAX_THREAD_TURNS,
     MemoryNote,
+    SERVER_QUOTA,
     ProjectFeatures,
     ThreadTurn,
 )
@@ -33,7 +34,8 @@ from .errors import Conflict, Invalid
 from .sql_files_batches import SQLFilesBatches
 from .sqlbase import Tx, from_json
 
-FEATURE_COLS = "project_id, threads, thread_retention_s, memory, cache, cache_ttl_s, updated_at, actor"
+FEATURE_COLS = ("project_id, threads, thread_retention_s, memory, cache, cache_ttl_s, updated_at, actor,"
+                " storage_quota_bytes")
 NOTE_COLS = "project_id, agent, key, text, tags, created_at, updated_at"
 
 #: Thread ids and agent names: letters, digits and - _ . :
@@ -117,7 +119,7 @@ class SQLClientData(SQLFilesBatches):
             project_id=r["project_id"], threads=bool(r["threads"]),
             thread_retention=dt.timedelta(seconds=r["thread_retention_s"]), memory=bool(r["memory"]),
             cache=bool(r["cache"]), cache_ttl=dt.timedelta(seconds=r["cache_ttl_s"]),
-            updated_at=self._dt(r["updated_at"]), actor=r["actor"],
+            storage_quota_bytes=r["storage_quota_bytes"], updated_at=self._dt(r["updated_at"]), actor=r["actor"],
         )
 
     def _note(self, r: Any) -> MemoryNote:
@@ -172,8 +174,13 @@ class SQLClientData(SQLFilesBatches):
         memory: bool | None = None,
         cache: bool | None = None,
         cache_ttl: dt.timedelta | None = None,
+        storage_quota_bytes: int | None = None,
     ) -> ProjectFeatures:
         project_id = v.check_id(project_id, "project id")
+        if storage_quota_bytes is not None and (isinstance(storage_quota_bytes, bool)
+                                                or not isinstance(storage_quota_bytes, int)
+                                                or storage_quota_bytes < SERVER_QUOTA):
+            raise Invalid(f"storage quota: expected a number of bytes (0: no limit), got {storage_quota_bytes!r}")
         actor = v.check_text(actor, "actor")
         for name, flag in (("threads", threads), ("memory", memory), ("cache", cache)):
             if flag is not None and not isinstance(flag, bool):
@@ -193,16 +200,19 @@ class SQLClientData(SQLFilesBatches):
                 memory=old.memory if memory is None else memory,
                 cache=old.cache if cache is None else cache,
                 cache_ttl=old.cache_ttl if ttl_s is None else dt.timedelta(seconds=ttl_s),
+                storage_quota_bytes=(old.storage_quota_bytes if storage_quota_bytes is None
+                                     else None if storage_quota_bytes == SERVER_QUOTA else storage_quota_bytes),
                 updated_at=now, actor=actor,
             )
             await tx.execute(
-                f"INSERT INTO project_features ({FEATURE_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO project_features ({FEATURE_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (project_id) DO UPDATE SET threads = excluded.threads,"
                 " thread_retention_s = excluded.thread_retention_s, memory = excluded.memory,"
                 " cache = excluded.cache, cache_ttl_s = excluded.cache_ttl_s,"
-                " updated_at = excluded.updated_at, actor = excluded.actor",
+                " updated_at = excluded.updated_at, actor = excluded.actor,"
+                " storage_quota_bytes = excluded.storage_quota_bytes",
                 project_id, new.threads, int(new.thread_retention.total_seconds()), new.memory, new.cache,
-                int(new.cache_ttl.total_seconds()), self._t(now), actor,
+                int(new.cache_ttl.total_seconds()), self._t(now), actor, new.storage_quota_bytes,
             )
             return new
 

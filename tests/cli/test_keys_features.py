@@ -63,3 +63,25 @@ def test_switches_are_shown_changed_and_audited(capsys, store_args) -> None:
     assert (features.threads, features.thread_retention, features.memory, features.cache) == (
         False, dt.timedelta(hours=24), True, True)
     assert [e.action for e in audit] == ["keys.threads", "keys.memory", "keys.cache", "keys.threads"]
+
+
+def test_a_projects_storage_quota_is_set_shown_reset_and_audited(capsys, store_args) -> None:
+    S = store_args
+    ok(capsys, "org", "create", "acme", *S)
+    ok_json(capsys, "org", "create", "acme/indexer", "--project", *S)
+    shown = ok_json(capsys, "keys", "quota", "acme/indexer", *S)
+    assert (shown["storage_quota_bytes"], shown["server_default"], shown["used_bytes"]) == (None, True, 0)
+    assert ok_json(capsys, "keys", "quota", "acme/indexer", "50GiB", *S)["storage_quota_bytes"] == 50 * 1024**3
+    assert "no limit" in ok(capsys, "keys", "quota", "acme/indexer", "0", *S)
+    assert "the server's" in ok(capsys, "keys", "quota", "acme/indexer", "--default", *S)
+    assert "SIZE" in refused(capsys, "keys", "quota", "acme/indexer", "lots", *S)
+
+    async def read():
+        store = await open_store(S[1])
+        try:
+            return await store.list_audit(action="keys.quota")
+        finally:
+            await store.close()
+
+    events = asyncio.run(read())
+    assert [e.detail["storage_quota_bytes"] for e in reversed(events)] == [50 * 1024**3, 0, None]

@@ -43,3 +43,18 @@ async def test_memory_notes_threads_and_batches_count_against_the_quota(stored_g
         "input_file_id": "file-whatever", "endpoint": "/v1/chat/completions", "completion_window": "24h"})
     assert (status, body["error"]["code"]) == (413, "storage_quota_exceeded")
     assert await sg.store.storage_used(sg.project.id) == 65_536
+
+
+async def test_a_projects_own_quota_wins_over_the_servers(stored_gateway):
+    sg = await stored_gateway([model("m", "http://127.0.0.1:9/v1")], router=QUOTA)
+    await sg.store.set_project_features(sg.project.id, actor="test", storage_quota_bytes=200_000)
+    sg.data.forget_features()
+    await sg.client().files.create(file=("a.jsonl", b"x" * 150_000), purpose="batch")  # past the server's 64 KiB
+    await sg.store.set_project_features(sg.project.id, actor="test", storage_quota_bytes=100_000)
+    sg.data.forget_features()
+    with pytest.raises(openai.APIStatusError) as caught:
+        await sg.client().files.create(file=("b.jsonl", b"x" * 10), purpose="batch")
+    assert "its own quota, llmgw keys quota" in caught.value.body["message"]
+    await sg.store.set_project_features(sg.project.id, actor="test", storage_quota_bytes=0)  # no limit
+    sg.data.forget_features()
+    await sg.client().files.create(file=("b.jsonl", b"x" * 100_000), purpose="batch")
