@@ -27,6 +27,7 @@ def wire_inventory(inv: discovery.Inventory) -> wire.Inventory:
         wire.DiskFree(path=d.path, free_bytes=d.free_bytes or 0, total_bytes=d.total_bytes or 0) for d in inv.disks
     )
     gpus = []
+    links = {n.gpu_index: n.active_links for n in inv.fabric.nvlink}
     for g in inv.gpus:
         gpus.append(wire.GpuInfo(
             index=g.index, uuid=g.uuid, name=g.name, gpu_class=g.gpu_class,
@@ -39,6 +40,7 @@ def wire_inventory(inv: discovery.Inventory) -> wire.Inventory:
                 gpu_class=m.gpu_class,
             ) for m in g.mig_instances),
             mig_mode=bool(g.mig_enabled), pcie_replays=g.pcie_replays, xid_errors=tuple(g.xid_errors),
+            nvlink_links=links.get(g.index, 0),
         ))
     return wire.Inventory(
         cpu=cpu,

@@ -455,6 +455,16 @@ class Profile:
     )
     gpus: int = setting(0, doc="GPUs each replica needs on one node; 0 runs on CPUs.")
     gpu_class: str = setting("", doc="Only cards of this class, like h100-80g; empty takes any.")
+    nodes: int = setting(
+        1,
+        doc="Nodes one replica runs over (vLLM, SGLang), each with gpus cards, all on one RDMA fabric; 1 is one node.",
+    )
+    tensor_parallel: int = setting(
+        0, doc="The replica's tensor-parallel size; 0 is every card of every node over pipeline_parallel."
+    )
+    pipeline_parallel: int = setting(
+        0, doc="The replica's pipeline-parallel size; 0 is 1. tensor_parallel × pipeline_parallel is gpus × nodes."
+    )
     memory: ByteSize = setting(ByteSize(0), doc="Host memory reserved for each replica; 0 reserves none.")
     cores: int = setting(0, doc="CPU cores reserved for each replica; 0 reserves none.")
     args: list[str] = setting(factory=list, doc="Extra command-line arguments for the engine.")
@@ -513,6 +523,10 @@ class ModelConfig:
         "", doc="Where the weights come from: a Hugging Face repository, a URL, or a path on the mirror."
     )
     engine: str = setting("", doc="The engine of every profile that names none.")
+    engine_version: str = setting(
+        "", doc="The engine version it must run on, like 0.9.1 (vLLM); placement uses only nodes that have it or "
+                "whose agent can install it. Empty: whatever version the node has.",
+    )
     endpoints: list[Endpoint] = setting(
         factory=list, doc="Providers serving this model outside the cluster, tried in order."
     )
@@ -523,10 +537,6 @@ class ModelConfig:
     )
     price: Price | None = setting(None, doc="What this model costs; empty uses prices.default.")
     profiles: list[Profile] = setting(
-    engine_version: str = setting(
-        "", doc="The engine version it must run on, like 0.9.1 (vLLM); placement uses only nodes that have it or "
-                "whose agent can install it. Empty: whatever version the node has.",
-    )
         factory=list, doc="Ways to run it on the cluster, in order of preference."
     )
     scaling: Scaling = section(Scaling, doc="How many replicas run.")

@@ -477,6 +477,7 @@ def _model(index: int, model: ModelConfig, names: dict[str, str]) -> list[Proble
             problems.append(
                 Problem((*p_path, "gpu_class"), f"asks for {profile.gpu_class} cards, but gpus is 0")
             )
+        problems += [Problem((*p_path, key), text) for key, text in parallelism_problems(profile)]
     for e_index, endpoint in enumerate(model.endpoints):
         problems += _url((*path, "endpoints", e_index, "url"), endpoint.url, "the provider's address")
     scaling = model.scaling
@@ -494,6 +495,35 @@ def _model(index: int, model: ModelConfig, names: dict[str, str]) -> list[Proble
             Problem((*path, "scaling", "max"), "must be at least 1, or no replica would ever run")
         )
     return problems
+
+
+def parallelism_problems(profile: Any) -> list[tuple[str, str]]:
+    """What is impossible in a profile's nodes, tensor_parallel and pipeline_parallel, as (key, sentence).
+
+    vLLM and SGLang both run tensor_parallel × pipeline_parallel processes, one per card, over every
+    node of the replica: the product must be the cards the replica has, gpus × nodes."""
+    out: list[tuple[str, str]] = []
+    for key in ("nodes", "tensor_parallel", "pipeline_parallel"):
+        value = getattr(profile, key)
+        if value < (1 if key == "nodes" else 0):
+            out.append((key, f"must be {'at least 1' if key == 'nodes' else '0 (chosen for you) or more'}, "
+                             f"got {value}"))
+    if out:
+        return out
+    tp, pp, nodes, gpus = profile.tensor_parallel, profile.pipeline_parallel, profile.nodes, profile.gpus
+    if nodes > 1 and gpus == 0:
+        return [("nodes", f"a replica over {nodes} nodes runs on GPUs: give gpus, the cards it needs on each node")]
+    if (tp or pp) and gpus == 0:
+        key = "tensor_parallel" if tp else "pipeline_parallel"
+        return [(key, "set for a profile without GPUs (gpus is 0); leave it 0")]
+    cards = gpus * nodes
+    if tp and pp and tp * pp != cards:
+        return [("tensor_parallel", f"tensor_parallel × pipeline_parallel is {tp} × {pp} = {tp * pp}, but the "
+                                    f"replica has gpus × nodes = {gpus} × {nodes} = {cards} cards; they must be equal")]
+    for key, size in (("tensor_parallel", tp), ("pipeline_parallel", pp)):
+        if size and not (tp and pp) and cards % size:
+            return [(key, f"{size} does not divide the replica's {cards} cards (gpus × nodes = {gpus} × {nodes})")]
+    return out
 
 
 # ---------------------------------------------------------------- agent.yaml

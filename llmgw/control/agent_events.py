@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from llmgw.config.secrets import Secret
 from llmgw.control.catalog import CatalogModel, model_to_spec
 from llmgw.control.inventory import Node
-from llmgw.control.state import ModelState, ModelUnavailable, ReplicaRecord
+from llmgw.control.state import ModelState, ModelUnavailable, ReplicaRecord, WorkerShard, parse_worker_shard_id
 from llmgw.notify.events import model_parked
 from llmgw.obs import logs
 from llmgw.router.replicas import Replica, metrics_url_for
@@ -45,11 +45,23 @@ class AgentEvents(_Base):
         """An agent (re)connected: take its word for what runs there."""
         node = self.inventory.register(reg, peer_host=peer_host)
         reported = {s.shard_id: s for s in reg.shards}
+        for rec, worker in [(r, w) for r in list(self.records.values()) for w in r.workers if w.node == node.id]:
+            shard = reported.pop(worker.id, None)
+            if worker.state == "gone" or (shard is None and not worker.start_sent):
+                continue
+            if shard is None or shard.state not in ("starting", "ready"):
+                self._rank_gone(rec, worker, "exited", "its node registered again without it")
+            elif rec.retiring:
+                worker.stop_sent = False  # the stop may have been lost with the old connection
         for rec in [r for r in self.records.values() if r.node == node.id]:
             shard = reported.pop(rec.id, None)
             if shard is None and not rec.start_sent:
                 continue  # placed a moment ago; its StartShard goes out at the end of the pass
             if shard is None or shard.state not in ("starting", "ready"):
+                if rec.workers:
+                    if not rec.head_gone:
+                        self._head_gone(rec, "exited", "the node registered again without it")
+                    continue
                 self._drop(rec, "the node registered again without it")
                 continue
             if shard.port:
@@ -62,6 +74,15 @@ class AgentEvents(_Base):
                 self._publish(rec)
         for shard in reported.values():
             if shard.state not in ("starting", "ready"):
+                continue
+            if parse_worker_shard_id(shard.shard_id) is not None:
+                # A rank of a replica over several nodes this control plane did not start (a take-over):
+                # stopped, and its replica started again whole.
+                self.records[shard.shard_id] = rec = ReplicaRecord(
+                    id=shard.shard_id, model=shard.model, node=node.id, profile="", engine=shard.engine,
+                    gpus=tuple(shard.gpus), port=shard.port, state=shard.state, created=self.clock(),
+                    since=self.clock(), adopted=True, start_sent=True)
+                self._retire(rec, "a rank of a replica over several nodes that this control plane did not start")
                 continue
             model = self.catalog.get(shard.model)
             rec = ReplicaRecord(
@@ -96,7 +117,7 @@ class AgentEvents(_Base):
         elif isinstance(message, WeightsProgress):
             self.inventory.weights_progress(node_id, message)
             for rec in self.records.values():
-                if rec.node == node_id and rec.model == message.model and rec.state == "starting":
+                if node_id in rec.nodes and rec.model == message.model and rec.state == "starting":
                     rec.since = self.clock()  # progress: not stuck
                     rec.message = _progress_words(message)
             self.observer.weights(node_id, message)
@@ -105,8 +126,12 @@ class AgentEvents(_Base):
         elif isinstance(message, CommandResult):
             kind, _, replica_id = message.command_id.partition(":")
             rec = self.records.get(replica_id)
-            if rec is not None and rec.node == node_id and not message.ok and kind == "start":
+            if rec is not None and rec.node == node_id and not message.ok and kind == "start" and rec.workers:
+                self._head_gone(rec, "failed", message.error or "the agent could not start it")
+            elif rec is not None and rec.node == node_id and not message.ok and kind == "start":
                 self._gone(rec, "failed", message.error or "the agent could not start it")
+            elif (found := self._worker(replica_id)) is not None and not message.ok and kind == "start":
+                self._rank_gone(*found, "failed", message.error or "the agent could not start it")
 
     def node_disconnected(self, node_id: str, reason: str = "") -> None:
         self.inventory.disconnected(node_id, reason)
@@ -114,8 +139,73 @@ class AgentEvents(_Base):
 
     # ---------------------------------------------------------------- shard states
 
+    def _worker(self, shard_id: str) -> tuple[ReplicaRecord, WorkerShard] | None:
+        """The replica and rank a worker rank's shard id names, when this control plane runs it."""
+        parsed = parse_worker_shard_id(shard_id)
+        rec = self.records.get(parsed[0]) if parsed else None
+        if rec is None:
+            return None
+        worker = next((w for w in rec.workers if w.id == shard_id), None)
+        return (rec, worker) if worker is not None else None
+
+    def _worker_status(self, node_id: str, msg: ShardStatus) -> bool:
+        """A status of rank 1 and up of a replica over several nodes; False when it is no such shard."""
+        found = self._worker(msg.shard_id)
+        if found is None or found[1].node != node_id:
+            return False
+        rec, worker = found
+        if msg.message:
+            worker.message = msg.message
+        if msg.state == "starting":
+            rec.since = self.clock()
+        elif msg.state == "ready":
+            worker.state = "ready"  # running: it serves no API of its own, rank 0 says when the replica is
+        elif msg.state in ("failed", "exited", "stopped"):
+            detail = msg.message or (f"exit code {msg.exit_code}" if msg.exit_code is not None else "")
+            self._rank_gone(rec, worker, msg.state, detail, msg.log_tail)
+        self.kick()
+        return True
+
+    def _rank_gone(self, rec: ReplicaRecord, worker: WorkerShard, state: str, message: str,
+                   log_tail: tuple[str, ...] = ()) -> None:
+        """One rank of a replica over several nodes stopped: the replica cannot serve without it, so all of it
+        stops (a failure when it was not being stopped), and it is placed again whole."""
+        worker.state = "gone"
+        if not rec.retiring:
+            why = f"rank {worker.rank} on {worker.node} {state}" + (f": {message}" if message else "")
+            self._lose_whole(rec, state, why, log_tail)
+        elif rec.head_gone and all(w.state == "gone" for w in rec.workers):
+            self._drop(rec, rec.retiring)
+
+    def _head_gone(self, rec: ReplicaRecord, state: str, detail: str, log_tail: tuple[str, ...] = ()) -> None:
+        """Rank 0 of a replica over several nodes stopped (or its node went): the other ranks are stopped,
+        and the record goes once they have."""
+        rec.head_gone = True
+        self.replicas.remove(rec.id)
+        if not rec.retiring:
+            self._lose_whole(rec, state, f"rank 0 on {rec.node} {state}" + (f": {detail}" if detail else ""),
+                             log_tail)
+        if all(w.state == "gone" for w in rec.workers):
+            self._drop(rec, rec.retiring or state)
+
+    def _lose_whole(self, rec: ReplicaRecord, state: str, why: str, log_tail: tuple[str, ...]) -> None:
+        """A shard of a replica over several nodes failed on its own: count it as _gone does, stop the rest."""
+        was = rec.state
+        st = self._state(rec.model)
+        st.last_log_tail = tuple(log_tail)
+        crashed_early = was == "ready" and rec.ready_at is not None and self.clock() - rec.ready_at < CRASH_WINDOW
+        self._retire(rec, why)
+        if was == "starting" or crashed_early:
+            self._failed_start(st, rec, why)
+        else:
+            st.last_error = f"{rec.node}: replica {rec.id}: {why}"
+            logs.event(log, "replica exited; replacing it", logging.WARNING, replica_id=rec.id, model=rec.model,
+                       node_id=rec.node, state=state, detail=why)
+
     def _shard_status(self, node_id: str, msg: ShardStatus) -> None:
         rec = self.records.get(msg.shard_id)
+        if rec is None and self._worker_status(node_id, msg):
+            return
         if rec is None or rec.node != node_id:
             if msg.state in ("starting", "ready"):
                 log.warning("status of a shard this control plane did not start",
@@ -123,8 +213,15 @@ class AgentEvents(_Base):
             return
         if msg.port:
             rec.port = msg.port
+        if msg.dist_port:
+            rec.dist_port = msg.dist_port
         if msg.message:
             rec.message = msg.message
+        if rec.workers and msg.state in ("failed", "exited", "stopped"):
+            detail = msg.message or (f"exit code {msg.exit_code}" if msg.exit_code is not None else "")
+            self._head_gone(rec, msg.state, detail, msg.log_tail)
+            self.kick()
+            return
         if msg.state == "starting":
             rec.since = self.clock()
             self.observer.starting(rec)

@@ -199,15 +199,15 @@ def check_engines(model: ModelConfig, engines: Mapping[str, Engine] | None) -> l
             problems.append(f"{where}.gpus: engine {name} runs on CPUs only; set gpus to 0")
         if profile.gpus == 0 and "cpu" not in devices:
             problems.append(f"{where}.gpus: engine {name} needs GPUs; give the number each replica needs")
+        if profile.nodes > 1 and not getattr(engine, "multi_node", False):
+            able = ", ".join(sorted(n for n, e in engines.items() if getattr(e, "multi_node", False))) or "none here"
+            problems.append(f"{where}.nodes: engine {name} runs a replica on one node only; set nodes to 1, "
+                            f"or use an engine that spans nodes ({able})")
         for problem in engine.validate(list(profile.args), dict(profile.env)):
             problems.append(f"{where}: {problem}")
     return problems
 
 
-class Catalog:
-    """The models the scheduler places, by name (aliases resolve too)."""
-
-    def __init__(
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$")
 
 
@@ -225,6 +225,10 @@ def check_engine_version(model: ModelConfig) -> list[str]:
     return []
 
 
+class Catalog:
+    """The models the scheduler places, by name (aliases resolve too)."""
+
+    def __init__(
         self,
         file_models: Sequence[ModelConfig],
         store: Store | None = None,

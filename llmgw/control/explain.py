@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
+from llmgw.control.devices import node_devices
 from llmgw.control.placement import Decision
 
 if TYPE_CHECKING:
@@ -32,7 +33,23 @@ def _decision(decision: Decision | None, at: float = 0.0) -> dict[str, Any] | No
         "why": placement.why if placement else "",
         "summary": decision.summary(),
         "rejections": decision.sentences(),
+        "nodes": list(placement.nodes) if placement else [],
+        "fabric": decision.fabric,
     }
+
+
+def kept_out(rec: Reconciler, cm) -> list[dict[str, Any]]:
+    """Every card of a class the model's GPU profiles ask for that placement keeps out, on every node, and why."""
+    classes = {p.gpu_class for p in cm.config.profiles if p.gpus > 0}
+    if not classes:
+        return []
+    out = []
+    for node in sorted(rec.inventory.nodes(), key=lambda n: n.id):
+        for d in node_devices(node.gpus):
+            if d.kept_out and ("" in classes or d.gpu_class in classes):
+                out.append({"node": node.id, "device": d.index, "label": d.label, "class": d.gpu_class,
+                            "reason": d.kept_out})
+    return out
 
 
 def explain(rec: Reconciler, name: str) -> dict[str, Any]:
@@ -71,6 +88,7 @@ def explain(rec: Reconciler, name: str) -> dict[str, Any]:
         "last_placement": _decision(st.decision, st.decision_at) if st else None,
         "drain_blocked": _decision(st.drain_blocked) if st and st.drain_blocked else None,
         "next_placement": None,
+        "kept_out": kept_out(rec, cm) if cm.valid and cm.runs_on_cluster else [],
     }
     if cm.valid and cm.runs_on_cluster and rec.active:
         out["next_placement"] = _decision(rec.dry_run(cm))
@@ -121,6 +139,12 @@ def explain_text(info: dict[str, Any]) -> str:
             gpus = ",".join(map(str, r["gpus"])) or "cpu"
             extra = f" ({r['stopping_because']})" if r["stopping_because"] else (f" ({r['message']})" if r["message"] else "")
             lines.append(f"    {r['id']}  {r['node']}  {r['state']}  gpus {gpus}{extra}")
+            shards = r.get("shards") or []
+            if len(shards) > 1:  # a replica over several nodes: each shard by rank
+                for shard in shards:
+                    cards = ",".join(map(str, shard["gpus"])) or "cpu"
+                    lines.append(f"      rank {shard['rank']}  {shard['shard_id']}  {shard['node']}  {shard['state']}"
+                                 f"  gpus {cards}")
     if info["failures"]:
         retry = f"; next try in {info['retry_in_s']:.0f} s" if info["retry_in_s"] else ""
         lines.append(f"  {info['failures']} failed start{'s' if info['failures'] != 1 else ''} in a row{retry}")
@@ -136,10 +160,17 @@ def explain_text(info: dict[str, Any]) -> str:
             where = f"on {d['placed_on']}"
         else:
             where = "no node can run it" if d["rejections"] else d["summary"]
+        if d["placed_on"] and len(d.get("nodes") or []) > 1:
+            where = f"on {', '.join(d['nodes'])}"
         lines.append(f"  {title}{when}: {where}")
         if d["placed_on"] and d["why"]:
             lines.append(f"    because: {d['why']}")
+        if not d["placed_on"] and d.get("fabric"):
+            lines.append(f"    {d['fabric']}")
         lines.extend(f"    {sentence}" for sentence in d["rejections"])
+    if info.get("kept_out"):
+        lines.append("  cards kept out:")
+        lines.extend(f"    {k['node']} {k['label']} ({k['class']}): {k['reason']}" for k in info["kept_out"])
     if info["log_tail"]:
         lines.append("  the engine's last lines:")
         lines.extend(f"    {line}" for line in info["log_tail"][-20:])

@@ -67,6 +67,7 @@ import attrs
 from llmgw.config.server import ModelConfig, Profile
 from llmgw.control.devices import kept_out_words, node_devices
 from llmgw.control.inventory import Node
+from llmgw.control.placement_nodes import decide_nodes, node_fabrics
 from llmgw.control.quotas import CapacityQuota, Quotas, owner_path, under
 from llmgw.plugins.types import Engine
 
@@ -114,6 +115,13 @@ class Placement:
     preempts: tuple[str, ...] = ()  #: replica ids to stop before this one can start
     why: str = ""
     guarantee: str = ""  #: the scope whose capacity guarantee the preemption was made for
+    #: a replica over several nodes: ranks 1 and up, each (node, its cards); rank 0 is `node` and `gpus`
+    workers: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node the replica runs on, rank 0 first."""
+        return (self.node, *(node for node, _ in self.workers))
 
 
 @attrs.frozen
@@ -131,6 +139,8 @@ class Decision:
     nodes_considered: int = 0
     #: the capacity quotas that keep the model (or some of its profiles) off, in words
     quota: str = ""
+    #: why no fabric has room for a replica over several nodes (placement_nodes.py), in words
+    fabric: str = ""
 
     @property
     def rejections(self) -> tuple[Rejection, ...]:
@@ -150,7 +160,7 @@ class Decision:
     def summary(self) -> str:
         if self.placement is not None:
             p = self.placement
-            text = f"placed on {p.node}"
+            text = f"placed on {', '.join(p.nodes)}" if p.workers else f"placed on {p.node}"
             if p.preempts:
                 text += f" after stopping {', '.join(p.preempts)}"
             return text + (f" ({p.why})" if p.why else "")
@@ -159,6 +169,8 @@ class Decision:
         if not self.nodes_considered:
             return "no node is connected"
         text = f"no node can run it: {'; '.join(self.sentences())}"
+        if self.fabric:
+            text = f"{self.fabric}" + (f"; {'; '.join(self.sentences())}" if self.rejections else "")
         return f"{text}; {self.quota}" if self.quota else text
 
 
@@ -260,6 +272,14 @@ def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engi
                     f"(llmgw ctl engines says more; asking for it again retries)")
         has = ", ".join(sorted(node.engines)) or "none"
         return f"engine {engine} is not installed (it has: {has})"
+    if version and not has_engine(node, engine, version):
+        problem = node.engine_problems.get(engine)
+        if problem:
+            return (f"engine {engine} {version} could not be installed here: {problem.strip().splitlines()[-1]} "
+                    f"(llmgw ctl engines says more; asking for it again retries)")
+        have = sorted({i.version for i in node.engine_installs if i.engine == engine} | {node.engines[engine]})
+        return (f"has {engine} {', '.join(have)}, not {version} as the model pins"
+                + ("; its agent can install it" if engine in node.installable else ""))
     plugin = engines.get(engine) if engines else None
     if plugin is not None:
         devices = tuple(plugin.devices)
@@ -272,14 +292,6 @@ def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engi
         if have != wanted:
             return f"its label {key} is {have}, the profile wants {wanted}"
     if profile.gpus > 0:
-    if version and not has_engine(node, engine, version):
-        problem = node.engine_problems.get(engine)
-        if problem:
-            return (f"engine {engine} {version} could not be installed here: {problem.strip().splitlines()[-1]} "
-                    f"(llmgw ctl engines says more; asking for it again retries)")
-        have = sorted({i.version for i in node.engine_installs if i.engine == engine} | {node.engines[engine]})
-        return (f"has {engine} {', '.join(have)}, not {version} as the model pins"
-                + ("; its agent can install it" if engine in node.installable else ""))
         if not node.gpus:
             return f"has no GPUs; the profile needs {profile.gpus}"
         healthy = room.healthy_gpus(profile.gpu_class)
@@ -291,11 +303,11 @@ def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engi
                     classes[d.gpu_class or "unknown"] = classes.get(d.gpu_class or "unknown", 0) + 1
                 has = ", ".join(f"{n} × {c}" for c, n in sorted(classes.items()))
                 return f"has no GPUs of class {profile.gpu_class} (it has {has})"
+            kept = kept_out_words(devices, profile.gpu_class)
             return (f"needs {_gpu_words(profile.gpus, profile.gpu_class)}, has "
                     f"{_plural(len(healthy), 'healthy card')} of that kind in all" + (f": {kept}" if kept else ""))
     if profile.memory and node.memory_total < profile.memory:
         return f"needs {format_bytes(profile.memory)} of memory reserved, has {format_bytes(node.memory_total)} in all"
-            kept = kept_out_words(devices, profile.gpu_class)
     if profile.cores and node.cores < profile.cores:
         return f"needs {_plural(profile.cores, 'core')}, has {node.cores} in all"
     return None
@@ -391,8 +403,9 @@ def _victims(room: _Room, profile: Profile, model_class: str,
 
 
 def _needs(profile: Profile) -> tuple[int, int, int]:
-    """GPUs, cores and bytes of memory one replica of the profile counts against a quota."""
-    return profile.gpus, profile.cores, int(profile.memory)
+    """GPUs, cores and bytes of memory one replica of the profile counts against a quota (on all its nodes)."""
+    n = max(1, profile.nodes)
+    return profile.gpus * n, profile.cores * n, int(profile.memory) * n
 
 
 def _limits(quota: CapacityQuota) -> tuple[int | None, int | None, int | None]:
@@ -450,7 +463,7 @@ class _Reclaim:
 
 #: What a node's filters, room and order depend on: `place()` compares these to reuse its pass.
 _NODE_FACTS = attrgetter("id", "lost", "connected", "disconnect_reason", "draining", "cordoned", "cordon_reason",
-                         "gpus", "memory_total", "cores", "labels", "engines", "weights")
+                         "gpus", "memory_total", "cores", "labels", "engines", "weights", "fabrics")
 #: What of a holding the rooms depend on (the rest matters to preemption only, read from the holdings then).
 _HOLDING_FACTS = attrgetter("node", "model", "gpus", "memory", "cores")
 
@@ -458,7 +471,7 @@ _HOLDING_FACTS = attrgetter("node", "model", "gpus", "memory", "cores")
 def _facts(node: Node) -> tuple:
     """The facts as they are now, the dicts copied so a change made to them in place shows."""
     facts = _NODE_FACTS(node)
-    return (*facts[:10], dict(facts[10]), dict(facts[11]), dict(facts[12]))
+    return (*facts[:10], dict(facts[10]), dict(facts[11]), dict(facts[12]), *facts[13:])
 
 
 class _View:
@@ -626,6 +639,7 @@ class PlacementPass:
         held = self._held_counter() if mine else None
         stopped: list[str] = []  # the profiles a quota's limit stops, in words
         tried: list[tuple[Profile, str, _View]] = []
+        fabric_words: list[str] = []  # why no fabric has room, for profiles over several nodes
         for profile in model.profiles:
             if mine:
                 need = _needs(profile)
@@ -636,6 +650,20 @@ class PlacementPass:
             engine = profile.engine or model.engine
             view = self._view(profile, engine, model.engine_version)
             tried.append((profile, engine, view))
+            if profile.nodes > 1:
+                chosen, why = decide_nodes(self, model, profile, engine, view, here, in_rack, weights, avoid_slots)
+                if chosen is None:
+                    fabric_words.append(f"{profile.name}: {why}" if len(model.profiles) > 1 else why)
+                    continue
+                (head, head_gpus), *rest = chosen
+                placement = attrs.evolve(
+                    _allocate(self._room_for(head, model.name), profile, engine, model), gpus=head_gpus,
+                    workers=tuple((self._ids[s], g) for s, g in rest),
+                    why=f"{profile.nodes} nodes on fabric {_shared_fabric([self._node[s] for s, _ in chosen])}, "
+                        f"rank 0 on {self._ids[head]}",
+                )
+                return _answer(model.name, placement, self._wording(tried, avoid, model), len(self.nodes), stopped,
+                               fabric_words)
             s = self._best(view, profile, here, in_rack, weights, avoid_slots)
             if s is not None:
                 placement = _allocate(self._room_for(s, model.name), profile, engine, model)
@@ -644,6 +672,8 @@ class PlacementPass:
         if preempt and (model.class_ == "critical" or mine):
             options = []
             for profile, engine, view in tried:
+                if profile.nodes > 1:
+                    continue  # a replica over several nodes preempts nothing
                 guarantee = None  # a critical model needs none
                 if model.class_ != "critical":
                     guarantee = self._guarantee_for(mine, profile, held)
@@ -673,8 +703,9 @@ class PlacementPass:
                     else f"within the guarantee of {guarantee.scope}: stops {stops}",
                     guarantee=guarantee.scope if guarantee is not None else "",
                 )
-                return _answer(model.name, placement, self._wording(tried, avoid, model), len(self.nodes), stopped)
-        return _answer(model.name, None, self._wording(tried, avoid, model), len(self.nodes), stopped)
+                return _answer(model.name, placement, self._wording(tried, avoid, model), len(self.nodes), stopped,
+                               fabric_words)
+        return _answer(model.name, None, self._wording(tried, avoid, model), len(self.nodes), stopped, fabric_words)
 
     @staticmethod
     def _guarantee_for(mine: tuple[CapacityQuota, ...], profile: Profile,
@@ -836,11 +867,21 @@ class PlacementPass:
 
 
 def _answer(model: str, placement: Placement | None, rejections: Callable[[], list[Rejection]], considered: int,
-            stopped: list[str]) -> Decision:
+            stopped: list[str], fabric: Sequence[str] = ()) -> Decision:
     """The decision, with the quotas that stopped some profiles when any did (left out otherwise: it is quicker)."""
+    if fabric:
+        return Decision(model, placement, rejections, considered, "; ".join(stopped), "; ".join(fabric))
     if stopped:
         return Decision(model, placement, rejections, considered, "; ".join(stopped))
     return Decision(model, placement, rejections, considered)
+
+
+def _shared_fabric(nodes: list[Node]) -> str:
+    """The fabric every one of the nodes is on (the first such, in id order)."""
+    common = set(node_fabrics(nodes[0]))
+    for node in nodes[1:]:
+        common &= set(node_fabrics(node))
+    return min(common) if common else "?"
 
 
 _kept: PlacementPass | None = None

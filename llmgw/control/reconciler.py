@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+import attrs
+
 from llmgw.config.server import ControlConfig
 from llmgw.control.agent_events import CRASH_WINDOW, AgentEvents
 from llmgw.control.catalog import Catalog, CatalogModel, model_to_spec
@@ -52,7 +54,9 @@ from llmgw.control.state import (
     ModelState,
     ModelUnavailable,
     ReplicaRecord,
+    WorkerShard,
     new_replica_id,
+    worker_shard_id,
 )
 from llmgw.notify import events
 from llmgw.notify.events import Event
@@ -366,9 +370,17 @@ class Reconciler(AgentEvents, EngineProvisioning):
             logs.event(log, "node lost", logging.WARNING, node_id=node.id, silent_s=round(window, 1))
             lost = [r for r in self.records.values() if r.node == node.id]
             for rec in lost:
+                if rec.workers:  # its other ranks are stopped first
+                    if not rec.head_gone:
+                        self._head_gone(rec, "lost", f"its node {node.id} was lost")
+                    continue
                 self._drop(rec, f"its node {node.id} was lost")
                 if not rec.retiring:
                     self._state(rec.model).last_error = f"{node.id} lost: replica {rec.id} will be placed again"
+            for rec in [r for r in self.records.values() if any(w.node == node.id for w in r.workers)]:
+                for worker in rec.workers:
+                    if worker.node == node.id and worker.state != "gone":
+                        self._rank_gone(rec, worker, "lost", f"its node {node.id} was lost")
             self.notify(events.node_lost(node.id, silent_s=round(window, 1),
                                          replicas=[(r.id, r.model) for r in lost if not r.retiring]))
 
@@ -565,6 +577,10 @@ class Reconciler(AgentEvents, EngineProvisioning):
                 spare=counts.get(rec.model, 0) > minimum, started=rec.created,
                 owner=cm.config.owner if cm is not None else "", leaving=bool(rec.retiring),
             ))
+            # Each other rank of a replica over several nodes holds its own node's cards (the same replica id:
+            # preempting or counting it is the whole replica's).
+            out.extend(attrs.evolve(out[-1], node=worker.node, gpus=worker.gpus)
+                       for worker in rec.workers if worker.state != "gone")
         return out
 
     def _launch(self, model: CatalogModel, placement: Placement, *, replaces: str | None = None) -> ReplicaRecord:
@@ -574,14 +590,22 @@ class Reconciler(AgentEvents, EngineProvisioning):
             engine=placement.engine, gpus=placement.gpus, memory=placement.memory, cores=placement.cores,
             created=now, since=now, replaces=replaces,
         )
+        rec.workers = [WorkerShard(id=worker_shard_id(rec.id, rank), rank=rank, node=node, gpus=gpus)
+                       for rank, (node, gpus) in enumerate(placement.workers, start=1)]
         self.records[rec.id] = rec
         self.observer.placed(rec, placement.why)
         logs.event(log, "placing replica", replica_id=rec.id, model=model.name, node_id=rec.node,
-                   gpus=list(rec.gpus), why=placement.why, replaces=replaces)
+                   gpus=list(rec.gpus), why=placement.why, replaces=replaces,
+                   **({"ranks": [{"node_id": w.node, "gpus": list(w.gpus)} for w in rec.workers]}
+                      if rec.workers else {}))
         return rec
 
     async def _send(self) -> None:
         for rec in list(self.records.values()):
+            if rec.workers:
+                await self._send_ranks(rec)
+            if rec.retiring and rec.head_gone:
+                continue
             if rec.retiring and rec.stop_sent_at is None:
                 node = self.inventory.get(rec.node)
                 if node is None or not node.connected:
@@ -604,19 +628,58 @@ class Reconciler(AgentEvents, EngineProvisioning):
                 rec.start_sent = True
         await self._send_provisions()
 
-    def _start_message(self, rec: ReplicaRecord) -> StartShard:
+    async def _send_ranks(self, rec: ReplicaRecord) -> None:
+        """The other ranks of a replica over several nodes: each started once rank 0 has said where it meets
+        them (its dist_port), each stopped with the replica. A rank that cannot be reached takes it down."""
+        for worker in rec.workers:
+            if worker.state == "gone":
+                continue
+            node = self.inventory.get(worker.node)
+            if rec.retiring:
+                if not worker.start_sent:
+                    worker.state = "gone"  # never started: nothing to stop
+                    continue
+                if worker.stop_sent or node is None or not node.connected:
+                    continue
+                try:
+                    await self.link.send(worker.node, StopShard(shard_id=worker.id, grace_seconds=self.stop_grace,
+                                                                command_id=f"stop:{worker.id}"))
+                except NodeUnreachable:
+                    continue
+                worker.stop_sent = True
+            elif not worker.start_sent and rec.dist_port and rec.start_sent:
+                try:
+                    await self.link.send(worker.node, self._start_message(rec, worker))
+                except NodeUnreachable as exc:
+                    self._rank_gone(rec, worker, "failed", f"could not reach {worker.node}: {exc}")
+                    continue
+                worker.start_sent = True
+        if rec.retiring and rec.head_gone and all(w.state == "gone" for w in rec.workers):
+            self._drop(rec, rec.retiring)
+
+    def _start_message(self, rec: ReplicaRecord, worker: WorkerShard | None = None) -> StartShard:
+        """The StartShard of the replica's rank 0, or of one of its other ranks."""
         cm = self.catalog.get(rec.model)
         assert cm is not None
         profile = next((p for p in cm.config.profiles if p.name == rec.profile), cm.config.profiles[0])
-        node = self.inventory.get(rec.node)
+        shard_id = worker.id if worker is not None else rec.id
+        node = self.inventory.get(worker.node if worker is not None else rec.node)
+        ranks: dict[str, Any] = {}
+        if rec.workers:
+            head = self.inventory.get(rec.node)
+            # Rank 0's dist_port is 0 in its own start: its agent picks one and reports it.
+            ranks = dict(nnodes=1 + len(rec.workers), node_rank=worker.rank if worker is not None else 0,
+                         head_address=head.address if head is not None else rec.node,
+                         dist_port=rec.dist_port if worker is not None else 0,
+                         tensor_parallel=profile.tensor_parallel, pipeline_parallel=profile.pipeline_parallel)
         return StartShard(
             shard_id=shard_id, model=cm.name, engine=rec.engine,
             engine_version=cm.config.engine_version or (node.engines.get(rec.engine, "") if node is not None else ""),
             weights=WeightsSource(source=cm.config.source) if cm.config.source else None,
-            args=tuple(profile.args), env=dict(profile.env), gpus=rec.gpus,
+            args=tuple(profile.args), env=dict(profile.env), gpus=worker.gpus if worker is not None else rec.gpus,
             # Port 0: the agent picks one from its engine_ports and says which in ShardStatus.
             cores=profile.cores or None, memory_bytes=int(profile.memory) or None, port=0,
-            api_key=self.keys.key_for(rec.id), command_id=f"start:{rec.id}",
+            api_key=self.keys.key_for(shard_id), command_id=f"start:{shard_id}", **ranks,
         )
 
     def _settle_waiters(self) -> None:

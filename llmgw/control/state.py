@@ -2,7 +2,10 @@
 
 In memory only: after a take-over it is rebuilt from the agents'
 registrations (each lists the shards it runs). A replica is one engine
-process on one node (one shard); its id is the shard id on the wire.
+process on one node (one shard); its id is the shard id on the wire. A
+replica over several nodes is one record too: its rank 0 is the record's own
+shard (the one the router sends to), its other ranks are `workers`, each a
+shard of its own (`<replica id>-r1`, ...), started, stopped and lost together.
 """
 
 from __future__ import annotations
@@ -32,6 +35,38 @@ class ModelUnavailable(Exception):
     """A model cannot be started now; the message says why, for the client and the operator."""
 
 
+def worker_shard_id(replica_id: str, rank: int) -> str:
+    """The shard id of rank `rank` (1 and up) of a replica over several nodes: `qwen-3f9a1c2e-r1`."""
+    return f"{replica_id}-r{rank}"
+
+
+_WORKER_ID = re.compile(r"^(?P<replica>.+-[0-9a-f]{8})-r(?P<rank>[1-9][0-9]*)$")
+
+
+def parse_worker_shard_id(shard_id: str) -> tuple[str, int] | None:
+    """(replica id, rank) for a worker rank's shard id; None for any other id."""
+    m = _WORKER_ID.match(shard_id)
+    return (m["replica"], int(m["rank"])) if m else None
+
+
+@attrs.define(eq=False)
+class WorkerShard:
+    """Rank 1 and up of a replica over several nodes: an engine process that serves no API of its own."""
+
+    id: str
+    rank: int
+    node: str
+    gpus: tuple[int, ...] = ()
+    state: str = "starting"  #: starting, ready (running), or gone
+    start_sent: bool = False
+    stop_sent: bool = False
+    message: str = ""
+
+    def describe(self) -> dict[str, Any]:
+        return {"rank": self.rank, "shard_id": self.id, "node": self.node, "gpus": list(self.gpus),
+                "state": self.state, "message": self.message}
+
+
 @attrs.define(eq=False)
 class ReplicaRecord:
     id: str
@@ -57,6 +92,22 @@ class ReplicaRecord:
     #: the engine its node is installing for it: its StartShard waits until the node has it
     awaiting_engine: str = ""
     stop_sent_at: float | None = None
+    #: a replica over several nodes: its ranks 1 and up (rank 0 is this record's own shard, on `node`)
+    workers: list[WorkerShard] = attrs.Factory(list)
+    #: where rank 0 meets the other ranks, as its agent chose: their starts wait for it
+    dist_port: int = 0
+    head_gone: bool = False  #: rank 0 has stopped while other ranks were still being stopped
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node the replica runs on, rank 0 first."""
+        return (self.node, *(w.node for w in self.workers))
+
+    def shards(self) -> list[dict[str, Any]]:
+        """Each shard by rank: rank 0 (this record) first."""
+        head = {"rank": 0, "shard_id": self.id, "node": self.node, "gpus": list(self.gpus),
+                "state": "gone" if self.head_gone else self.state, "message": ""}
+        return [head, *(w.describe() for w in self.workers)]
 
     @property
     def live(self) -> bool:
@@ -70,6 +121,7 @@ class ReplicaRecord:
             "gpus": list(self.gpus), "memory_bytes": self.memory, "cores": self.cores, "port": self.port,
             "for_s": round(max(0.0, now - self.since), 1), "replaces": self.replaces,
             "stopping_because": self.retiring or None, "message": self.message, "adopted": self.adopted,
+            "nodes": list(self.nodes), "shards": self.shards(),
         }
 
 

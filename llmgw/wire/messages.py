@@ -91,6 +91,8 @@ class GpuInfo:
     foreign_memory_bytes: int | None = None
     pcie_replays: int | None = None  #: PCIe replay counter since the driver loaded
     xid_errors: tuple[int, ...] = ()  #: XID codes the kernel log shows for the card lately
+    #: active NVLink links (to other cards or to NVSwitches); 0: none, or not read (nvidia-smi)
+    nvlink_links: int = 0
 
 
 @attrs.frozen
@@ -237,6 +239,8 @@ class ShardStatus:
     message: str = ""
     log_tail: tuple[str, ...] = ()  #: the engine's last lines, sent with failed and exited
     command_id: str = ""  #: the StartShard/StopShard this answers, when it answers one
+    #: rank 0 of a replica over several nodes: the port the other ranks meet it at (its agent chose it)
+    dist_port: int = 0
 
 
 @attrs.frozen

@@ -24,9 +24,10 @@ GiB = 1 << 30
 
 
 class FakeEngine(Engine):
-    def __init__(self, name: str, devices: tuple[str, ...], denied: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, devices: tuple[str, ...], denied: Sequence[str] = (), multi_node: bool = False) -> None:
         self.name = name  # type: ignore[misc]
         self.devices = devices  # type: ignore[misc]
+        self.multi_node = multi_node  # type: ignore[misc]
         self._denied = tuple(denied)
 
     def validate(self, args, env):
@@ -40,7 +41,7 @@ class FakeEngine(Engine):
 
 ENGINES: dict[str, Engine] = {
     "sim": FakeEngine("sim", ("cpu", "gpu")),
-    "vllm": FakeEngine("vllm", ("gpu",), denied=("--trust-remote-code",)),
+    "vllm": FakeEngine("vllm", ("gpu",), denied=("--trust-remote-code",), multi_node=True),
     "llamacpp": FakeEngine("llamacpp", ("cpu", "gpu")),
 }
 
