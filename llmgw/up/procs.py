@@ -19,6 +19,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+#: How often `up` starts a child that died again within one minute before it gives up.
+RESTARTS_PER_MINUTE = 5
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 
@@ -116,6 +118,21 @@ class Child:
         self.argv = list(argv)
         self.log_path = log_path
         self.proc: asyncio.subprocess.Process | None = None
+        self._restarts: list[float] = []  # monotonic times of the restarts in the last minute
+
+    def may_restart(self, now: float | None = None) -> bool:
+        """Whether another restart fits in RESTARTS_PER_MINUTE; counts it when it does."""
+        now = time.monotonic() if now is None else now
+        self._restarts = [t for t in self._restarts if now - t < 60.0]
+        if len(self._restarts) >= RESTARTS_PER_MINUTE:
+            return False
+        self._restarts.append(now)
+        return True
+
+    @property
+    def restarts_in_last_minute(self) -> int:
+        now = time.monotonic()
+        return sum(1 for t in self._restarts if now - t < 60.0)
 
     async def start(self) -> None:
         log = _open_log(self.log_path)

@@ -14,7 +14,10 @@ The steps, each said on stderr as it happens:
    agent has started the engine and the control plane handed it to the
    router;
 6. print where everything is, then wait for Ctrl-C (SIGINT) or SIGTERM, and
-   stop the agent, the engines it left, and the server.
+   stop the agent, the engines it left, and the server. Meanwhile a child
+   that dies is started again, and `up` says so (the agent adopts the
+   engines its predecessor left; the server takes its own lease back), up to
+   RESTARTS_PER_MINUTE times a minute; past that `up` stops everything.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from llmgw.up.layout import (
     server_yaml,
     write_private,
 )
-from llmgw.up.procs import Child, become_subreaper, stop_descendants
+from llmgw.up.procs import RESTARTS_PER_MINUTE, Child, become_subreaper, stop_descendants
 
 ACTOR = "llmgw up"
 ORG = "local"
@@ -228,6 +231,32 @@ async def wait_for_answer(children: list[Child], stopping: asyncio.Event, base_u
                     await stopping.wait()
 
 
+async def _until_one_exits(children: list[Child], stopping: asyncio.Event) -> None:
+    """Wait until a child exits or `up` is asked to stop (at once, not at the next poll)."""
+    waits = [asyncio.ensure_future(c.proc.wait()) for c in children if c.proc is not None]
+    waits.append(asyncio.ensure_future(stopping.wait()))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _restart(child: Child, say: Say) -> None:
+    """Start a child that died again (the agent adopts the engines it left; the server takes its lease back),
+    or UpError once it has died RESTARTS_PER_MINUTE times within a minute."""
+    status = child.proc.returncode if child.proc is not None else None
+    if not child.may_restart():
+        tail = "\n".join(f"  {line}" for line in child.log_tail())
+        raise UpError(f"llmgw {child.name} exited (status {status}) {RESTARTS_PER_MINUTE} times within a minute; "
+                      f"giving up; its log ({child.log_path}) ends:\n{tail}")
+    say(f"llmgw {child.name} exited (status {status}); starting it again "
+        f"(restart {child.restarts_in_last_minute} of at most {RESTARTS_PER_MINUTE} a minute)")
+    await child.start()
+    say(f"llmgw {child.name} started again (pid {child.pid})")
+
+
 async def run_up(opts: UpOptions, on_ready: Callable[[UpInfo], None], *, say: Say = _say,
                  stop: asyncio.Event | None = None) -> int:
     """Run the whole cluster until `stop` is set (or SIGINT/SIGTERM); 0 on a clean stop."""
@@ -291,12 +320,8 @@ async def _run_locked(opts: UpOptions, layout: Layout, on_ready: Callable[[UpInf
         while not stopping.is_set():
             for child in (server, agent):
                 if not child.running:
-                    tail = "\n".join(f"  {line}" for line in child.log_tail())
-                    raise UpError(f"llmgw {child.name} exited (status {child.proc.returncode}); "
-                                  f"its log ({child.log_path}) ends:\n{tail}")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await stopping.wait()
+                    await _restart(child, say)
+            await _until_one_exits([server, agent], stopping)
         return 0
     finally:
         say("stopping: the agent, its engines, then the control plane")

@@ -356,10 +356,10 @@ def agent_url(address: str, *, tls: bool = True) -> str:
     return str(url)
 
 
-#: An agent's first wait before dialling again, doubled after each failed round up to BACKOFF_MAX (seconds):
-#: a control plane that restarts is found again within a second or two of being back.
+#: An agent's first wait before dialling again, doubled after each failed round up to BACKOFF_MAX (seconds),
+#: each wait jittered down to half: a control plane that restarts is found again within a second of being back.
 BACKOFF_INITIAL = 0.25
-BACKOFF_MAX = 2.0
+BACKOFF_MAX = 1.0
 
 
 class AgentConnection:

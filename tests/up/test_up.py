@@ -171,3 +171,71 @@ def test_up_answers_through_the_openai_sdk_and_ctrl_c_stops_everything(tmp_path)
     finally:
         again.send_signal(signal.SIGTERM)
         assert again.wait(60) == 0
+
+
+def test_a_child_is_restarted_at_most_five_times_a_minute(tmp_path):
+    from llmgw.up.procs import RESTARTS_PER_MINUTE, Child
+
+    child = Child("agent", ["true"], tmp_path / "agent.log")
+    assert all(child.may_restart(now=100.0 + i) for i in range(RESTARTS_PER_MINUTE))
+    assert not child.may_restart(now=110.0)  # the sixth within a minute: `up` gives up
+    assert child.may_restart(now=161.0)  # a minute after the first, there is room again
+
+
+def _answers(info: dict, within: float) -> float:
+    """Seconds until the model answers through the gateway (AssertionError past `within`)."""
+    import openai
+
+    client = openai.OpenAI(base_url=info["base_url"], api_key=info["api_key"], max_retries=0, timeout=5)
+    started = time.monotonic()
+    last: Exception | None = None
+    while time.monotonic() - started < within:
+        try:
+            client.chat.completions.create(model=info["model"], messages=[{"role": "user", "content": "Hi"}],
+                                           max_tokens=2)
+            return time.monotonic() - started
+        except openai.OpenAIError as exc:
+            last = exc
+            time.sleep(0.1)
+    raise AssertionError(f"no answer within {within} s: {last}")
+
+
+def _new_pid(up_pid: int, old: int, others: set[int], within: float = 10.0) -> int:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        children = {p for p in descendants(up_pid) if _alive(p) and Path(f"/proc/{p}/stat").exists()}
+        new = [p for p in children - others - {old}
+               if os.getppid() and Path(f"/proc/{p}/status").read_text().count(f"PPid:\t{up_pid}")]
+        if new:
+            return new[0]
+        time.sleep(0.1)
+    raise AssertionError("no new child of up")
+
+
+@pytest.mark.slow
+def test_under_up_a_killed_agent_or_server_is_started_again_and_the_model_answers(tmp_path):
+    proc, info = _start_up(tmp_path)
+    try:
+        server, agent = info["pids"]["server"], info["pids"]["agent"]
+        engines = set(_tree(proc.pid)) - {server, agent}
+        assert engines, "the agent started an engine"
+        os.kill(agent, signal.SIGKILL)
+        _answers(info, within=10)  # the engine kept serving meanwhile
+        new_agent = _new_pid(proc.pid, agent, {server} | engines)
+        assert all(_alive(p) for p in engines), "the new agent adopted the engine rather than starting another"
+        time.sleep(2)
+        _answers(info, within=10)
+
+        os.kill(server, signal.SIGKILL)
+        killed = time.monotonic()
+        took = _answers(info, within=20)
+        print(f"the gateway answered again {took:.2f} s after the server was killed")
+        assert took < 5, f"the gateway answered again only after {took:.1f} s"
+        assert _alive(new_agent)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(60)
+        err = proc.stderr.read()
+    assert status == 0, err[-3000:]
+    assert "llmgw agent exited (status -9); starting it again" in err
+    assert "llmgw server exited (status -9); starting it again" in err
