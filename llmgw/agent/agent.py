@@ -113,6 +113,8 @@ class Agent:
         self._registered: dict[str, str] = {}  # shard -> the state the last Register carried
         self._commands: dict[str, str] = {}  # shard -> the command its statuses answer
         self._pending: dict[str, tuple[wire.StartShard, asyncio.Task, int]] = {}  # starts before their launch
+        #: rank 0 of a replica over several nodes: the port its other ranks meet it at, held while it runs
+        self._dist_ports: dict[str, int] = {}
         self._tasks: set[asyncio.Task] = set()
         self._cpu = CpuMeter()
         self._next_port = self.ports.start
@@ -315,10 +317,13 @@ class Agent:
             if placement is not None:
                 message = "; ".join(filter(None, (message, describe_placement(placement))))
         tail = tuple(shard.logs(TAIL_LINES)) if shard.state in (FAILED, EXITED) else ()
+        dist_port = self._dist_ports.get(shard.shard_id, 0)
+        if shard.terminal:
+            self._dist_ports.pop(shard.shard_id, None)
         self._send(wire.ShardStatus(
             shard_id=shard.shard_id, state=shard.state, model=shard.model, port=shard.port, pid=shard.pid,
             exit_code=shard.exit_code, message=message, log_tail=tail,
-            command_id=self._commands.get(shard.shard_id, ""),
+            command_id=self._commands.get(shard.shard_id, ""), dist_port=dist_port,
         ))
 
     def _ready_check(self, engine: str, gpus: tuple[int, ...]) -> Callable[[list[str]], str | None] | None:
@@ -339,10 +344,25 @@ class Agent:
         task = asyncio.current_task()
         assert task is not None
         self._pending[sid] = (msg, task, port or 0)
+        if msg.nnodes > 1 and msg.node_rank == 0 and not msg.dist_port and port:
+            # Rank 0 of a replica over several nodes: a second port, where the other ranks meet it; the
+            # control plane sends their starts once it hears it.
+            dist = self._take_port()
+            if dist is None:
+                self._pending.pop(sid, None)
+                self._refuse_start(msg, f"no second free port left in engine_ports {self.config.engine_ports} "
+                                        "for the other ranks to meet rank 0 at", port)
+                return
+            self._dist_ports[sid] = dist
+            msg = attrs.evolve(msg, dist_port=dist)
+            self._pending[sid] = (msg, task, port)
+            self._send(wire.ShardStatus(shard_id=sid, state=STARTING, model=msg.model, port=port, dist_port=dist,
+                                        command_id=cid))
         try:
             prepared = await self._prepare(msg, port)
         except asyncio.CancelledError:
             self._pending.pop(sid, None)
+            self._dist_ports.pop(sid, None)
             self._send(wire.ShardStatus(shard_id=sid, state=STOPPED, model=msg.model, command_id=cid,
                                         message="stopped before its engine was started"))
             raise
@@ -369,6 +389,7 @@ class Agent:
 
     def _refuse_start(self, msg: wire.StartShard, reason: str, port: int) -> None:
         log.error("shard %s not started: %s", msg.shard_id, reason)
+        self._dist_ports.pop(msg.shard_id, None)
         self._send(wire.ShardStatus(shard_id=msg.shard_id, state=FAILED, model=msg.model, port=port, message=reason,
                                     command_id=msg.command_id))
         self._result(msg.command_id, False, reason)
@@ -432,7 +453,7 @@ class Agent:
         return plan, weights_path, port
 
     def _take_port(self) -> int | None:
-        taken = self.supervisor.ports() | {p for _, _, p in self._pending.values()}
+        taken = self.supervisor.ports() | {p for _, _, p in self._pending.values()} | set(self._dist_ports.values())
         port = free_port(self.ports, taken, self.engine_host, start=self._next_port)
         if port is not None:
             self._next_port = port + 1 if port + 1 in self.ports else self.ports.start
