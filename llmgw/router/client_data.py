@@ -118,6 +118,7 @@ class ClientData:
         """413 when what `owner` keeps, with `adding` bytes more, would pass router.clients.project_storage_bytes."""
         if self.store is None:
             return
+        owner = owner or ANONYMOUS_OWNER  # a gateway without keys: everyone together
         quota = int(self.config.router.clients.project_storage_bytes)
         with store_errors("the storage quota"):
             own = (await self.features(owner)).storage_quota_bytes  # `llmgw keys quota`

@@ -15,7 +15,7 @@ import re
 from aiohttp import web
 
 from llmgw.auth.principal import Principal
-from llmgw.router.client_data import no_store
+from llmgw.router.client_data import CLIENT_DATA, no_store
 from llmgw.router.errors import JSON, GatewayError, bad_request, dumps, loads
 from llmgw.router.gateway import GATEWAY, Gateway
 from llmgw.router.pipeline import serve
@@ -44,9 +44,10 @@ class ResponsesDialect:
 
     operation = "responses"  # its schema (llmgw.router.request_schemas)
 
-    def __init__(self, gw: Gateway, responses: ResponseLog) -> None:
+    def __init__(self, gw: Gateway, responses: ResponseLog, data=None) -> None:
         self.gw = gw
         self.responses = responses
+        self.data = data  # the app's llmgw.router.client_data.ClientData: the storage quota
         self.keep_it = False
         self.draft = ResponseDraft(model="")
         self.scope = ""
@@ -69,6 +70,8 @@ class ResponsesDialect:
         chat, self.conversation = to_chat(body, history)
         self.draft = draft_from(body)
         self.keep_it = self.draft.store and not no_store(self.gw, principal)
+        if self.keep_it and self.data is not None:  # it will be kept: refused before it is answered
+            await self.data.check_quota(self.scope, len(dumps(chat)))
         return chat
 
     def answer(self, status: int, raw: bytes) -> tuple[int, bytes]:
@@ -102,7 +105,7 @@ class ResponsesDialect:
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
-    dialect = ResponsesDialect(request.app[GATEWAY], request.app[RESPONSE_LOG])
+    dialect = ResponsesDialect(request.app[GATEWAY], request.app[RESPONSE_LOG], request.app.get(CLIENT_DATA))
     response = await serve(request, "chat", "/chat/completions", dialect=dialect)
     await dialect.keep()
     return response

@@ -5,8 +5,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from .conftest import HELLO, model
-from .stored import get_json, stored_gateway  # noqa: F401
+from .conftest import model
+from .stored import get_json, recorder, stored_gateway  # noqa: F401
 
 QUOTA = {"clients": {"project_storage_bytes": "64KiB"}}
 
@@ -58,3 +58,15 @@ async def test_a_projects_own_quota_wins_over_the_servers(stored_gateway):
     await sg.store.set_project_features(sg.project.id, actor="test", storage_quota_bytes=0)  # no limit
     sg.data.forget_features()
     await sg.client().files.create(file=("b.jsonl", b"x" * 100_000), purpose="batch")
+
+
+async def test_a_response_that_would_be_kept_past_the_quota_is_refused_and_store_false_is_not(stored_gateway,
+                                                                                             recorder):
+    engine = await recorder()
+    sg = await stored_gateway([model("m", engine)], router=QUOTA)
+    await sg.client().files.create(file=("a.jsonl", b"x" * 65_000), purpose="batch")
+    with pytest.raises(openai.APIStatusError) as caught:
+        await sg.client().responses.create(model="m", input="w" * 2000)
+    assert caught.value.status_code == 413 and caught.value.body["code"] == "storage_quota_exceeded"
+    answer = await sg.client().responses.create(model="m", input="w" * 2000, store=False)
+    assert answer.status == "completed"
