@@ -453,12 +453,13 @@ class Reconciler(AgentEvents, EngineProvisioning):
             return
         busy_nodes = {self.records[r.replaces].node for r in pending if r.replaces in self.records}
         for rec in mine:
-            node = self.inventory.get(rec.node)
-            if node is None or not node.draining or rec in pending or rec.node in busy_nodes:
+            # A replica over several nodes moves when any of its nodes drains.
+            draining = [n for n in map(self.inventory.get, rec.nodes) if n is not None and n.draining]
+            if not draining or rec in pending or rec.node in busy_nodes:
                 continue
             if any(r.replaces == rec.id for r in pending):
                 continue
-            decision = self._decide(model, avoid={rec.node}, preempt=False, quotas=False)
+            decision = self._decide(model, avoid={n.id for n in draining}, preempt=False, quotas=False)
             if decision.placement is None:
                 st.drain_blocked = decision
                 continue

@@ -148,3 +148,30 @@ async def test_when_no_single_fabric_has_room_the_model_waits_and_says_why(tmp_p
                                   "(gpu-01); fabric roce:10.9.0.0/16 has 1 (gpu-03)")
     finally:
         await store.close()
+
+
+async def test_a_draining_worker_node_moves_the_whole_replica(tmp_path):
+    h, store = await harness(tmp_path)
+    try:
+        head, (worker_node, worker) = await up(h)
+        h.status(worker_node, worker.shard_id, "ready")
+        h.status("gpu-01", head.shard_id, "ready", port=h.port_for(head))
+        h.rec.drain(worker_node)  # rank 1's node, not rank 0's
+        await h.tick()
+        assert h.agents.starts() == []  # no two other nodes of the fabric have room: it stays, and says why
+        assert explain(h.rec, "llama-405b")["drain_blocked"]["fabric"].startswith("no fabric has 2 nodes")
+        h.connect(gpu_node("gpu-04", "10.1.0.4"))
+        h.connect(gpu_node("gpu-05", "10.1.0.5"))
+        await h.tick()
+        [(new_node, new_head)] = h.agents.starts()
+        h.status(new_node, new_head.shard_id, "starting", port=h.port_for(new_head), dist_port=29501)
+        await h.tick()
+        [(new_worker_node, new_worker)] = h.agents.starts()
+        assert {new_node, new_worker_node} == {"gpu-04", "gpu-05"}
+        h.status(new_worker_node, new_worker.shard_id, "ready")
+        h.status(new_node, new_head.shard_id, "ready", port=h.port_for(new_head))
+        await h.tick()
+        # The replacement is ready: every shard of the original is stopped.
+        assert sorted(m.shard_id for _, m in h.agents.stops()) == sorted([head.shard_id, worker.shard_id])
+    finally:
+        await store.close()
