@@ -175,3 +175,19 @@ async def test_a_draining_worker_node_moves_the_whole_replica(tmp_path):
         assert sorted(m.shard_id for _, m in h.agents.stops()) == sorted([head.shard_id, worker.shard_id])
     finally:
         await store.close()
+
+
+async def test_explain_lists_the_cards_kept_out_in_a_section_of_their_own(tmp_path):
+    h, store = await harness(tmp_path)
+    try:
+        hot = gpu_node("gpu-09", "10.1.0.9")
+        cards = list(hot.inventory.gpus)
+        cards[3] = attrs.evolve(cards[3], health="degraded", problem="running at 89 °C (warning from 87 °C)")
+        h.connect(attrs.evolve(hot, inventory=attrs.evolve(hot.inventory, gpus=tuple(cards))))
+        info = explain(h.rec, "llama-405b")
+        assert info["kept_out"] == [{"node": "gpu-09", "device": 3, "label": "GPU 3", "class": "h100-80gb",
+                                     "reason": "degraded: running at 89 °C (warning from 87 °C)"}]
+        text = explain_text(info)
+        assert "  cards kept out:\n    gpu-09 GPU 3 (h100-80gb): degraded: running at 89 °C (warning from 87 °C)" in text
+    finally:
+        await store.close()
