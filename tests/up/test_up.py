@@ -239,3 +239,46 @@ def test_under_up_a_killed_agent_or_server_is_started_again_and_the_model_answer
     assert status == 0, err[-3000:]
     assert "llmgw agent exited (status -9); starting it again" in err
     assert "llmgw server exited (status -9); starting it again" in err
+
+
+@pytest.mark.slow
+def test_under_up_a_full_disk_keeps_the_model_answering_and_every_row(tmp_path):
+    """DIR on a small disk that fills up: the leader keeps its lease, every request is answered, and each
+    has its usage row once there is room again."""
+    import openai
+    from diskfaults import small_disk
+
+    with small_disk(str(tmp_path / "up"), size="64m") as disk:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmgw", "up", "--dir", disk.path, "--port", "0", "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        info = json.loads(proc.stdout.readline() or "{}")
+        try:
+            assert info, proc.stderr.read()[-3000:] if proc.poll() is not None else "up printed nothing"
+            client = openai.OpenAI(base_url=info["base_url"], api_key=info["api_key"], max_retries=0, timeout=10)
+            disk.fill()
+            ids = []
+            for _ in range(400):
+                raw = client.chat.completions.with_raw_response.create(
+                    model=info["model"], messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+                ids.append(raw.headers["x-request-id"])  # a 503 would have raised
+            disk.free()
+            deadline = time.monotonic() + 15
+
+            async def count() -> int:
+                store = await open_store(os.path.join(disk.path, "llmgw.db"))
+                try:
+                    return sum([await store.get_usage(i) is not None for i in ids])
+                finally:
+                    await store.close()
+
+            import asyncio
+
+            while (found := asyncio.run(count())) < len(ids) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert found == len(ids)
+        finally:
+            disk.free()
+            proc.send_signal(signal.SIGTERM)
+            status = proc.wait(60)
+        assert status == 0, proc.stderr.read()[-3000:]
