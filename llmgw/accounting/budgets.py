@@ -40,6 +40,8 @@ PERIODS = ("day", "month")
 _WORDS = {"org": "organization", "team": "team", "project": "project", "user": "person", "key": "key"}
 # While the store cannot be read, try again this often (seconds).
 _RETRY_FAILED = 5.0
+# The longest a budget read waits for the usage writer to finish a batch (seconds).
+_PENDING_WAIT = 1.0
 # Forget an unused scope's state after this long (seconds) without holds.
 _IDLE = 3600.0
 
@@ -164,7 +166,7 @@ class BudgetBook:
 
     async def _read(self, st: BudgetState) -> None:
         try:
-            async with self.pending_lock or contextlib.nullcontext():
+            async with self._pending_held():
                 value = await self.store.spend_since(st.scope_kind, st.scope_id, st.start)
                 if self.pending is not None:
                     value += self.pending(st.scope_kind, st.scope_id, st.start, st.end)
@@ -177,6 +179,24 @@ class BudgetBook:
         finally:
             st.loaded_at = self._monotonic()
             st.refreshing = False
+
+    @contextlib.asynccontextmanager
+    async def _pending_held(self):
+        """Hold ``pending_lock`` for a read, waiting at most ``_PENDING_WAIT`` seconds for it: a write to a store
+        that hangs must not hold admission up (without it, a batch in flight may be missed until the next read)."""
+        lock = self.pending_lock
+        held = False
+        if lock is not None:
+            try:
+                await asyncio.wait_for(lock.acquire(), _PENDING_WAIT)
+                held = True
+            except TimeoutError:
+                pass
+        try:
+            yield
+        finally:
+            if held:
+                lock.release()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
