@@ -37,6 +37,7 @@ from llmgw.control.inventory import Inventory
 from llmgw.control.jobs import Job, Jobs
 from llmgw.control.join_codes import JoinCodes
 from llmgw.control.join_endpoint import JoinEndpoint
+from llmgw.control.node_leave import NodeLeave
 from llmgw.control.leader import Leadership, default_holder, instance_id, release_instance_id
 from llmgw.store.state_dir import state_dir_of
 from llmgw.control.node_logs import LOG_TIMEOUT, LogRequests, NodeNotConnected, UnknownNode, valid_replica_id
@@ -137,12 +138,16 @@ class ControlPlane:
             # that have none yet, and /agent/v1 refuses any connection without one.
             ssl_context = pki.ssl_server_context(tls.cert, tls.key, tls.ca, require_client=False)
         self.join_codes = JoinCodes(store)
+        #: nodes leaving (`llmgw wipe` on them): their certificates are revoked for the whole cluster
+        self.node_leave = NodeLeave(self)
         join_routes = []
         if ssl_context is not None:
             join_routes = JoinEndpoint(self.join_codes, config.agent_tls.ca, control_planes=self.control_planes,
                                        connected=lambda node: node in self.endpoint.sessions).routes()
+            join_routes += self.node_leave.routes()
         self.endpoint = AgentEndpoint(
             self._on_session, ssl_context=ssl_context, insecure=ssl_context is None,
+            revocations=self.node_leave.revocations if ssl_context is not None else None,
             on_register=self._admit, heartbeat_interval=heartbeat_interval,
             welcome_extra=self._welcome_extra, extra_routes=join_routes,
         )

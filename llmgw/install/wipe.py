@@ -1,7 +1,9 @@
 """`llmgw wipe`: take llmgw off a machine: its services, the engines its agent left, its files, user and firewall table.
 
-Only what llmgw made goes: the folders and files in installed.json (see
-manifest.py), units that carry llmgw's first line, the nft file that carries
+On a node, the control plane is told first (llmgw/nodes/leave.py): it
+forgets the node, places its replicas elsewhere and revokes the node's
+certificate. Only what llmgw made goes: the folders and files in
+installed.json (see manifest.py), units that carry llmgw's first line, the nft file that carries
 its header, the table `inet llmgw`, and the user init added. A folder that
 was there before llmgw (a shared /etc/nftables.d, say) stays.
 """
@@ -22,6 +24,7 @@ from llmgw.install import firewall
 from llmgw.install.layout import ROLES, Layout
 from llmgw.install.manifest import Manifest
 from llmgw.install.service import MARKER, remove_service
+from llmgw.nodes.leave import Leaving, leaving, tell_leaving
 
 __all__ = ["WipePlan", "plan_wipe", "carry_out"]
 
@@ -49,6 +52,7 @@ class WipePlan:
     users: tuple[str, ...]  #: system users llmgw made
     table: bool  #: the table inet llmgw is applied here
     manifest_found: bool
+    leaving: Leaving | None = None  #: this machine is a node: its control plane is told it leaves
 
     @property
     def empty(self) -> bool:
@@ -56,7 +60,11 @@ class WipePlan:
 
     def lines(self) -> list[str]:
         """What will go, one line each, for the operator to read before confirming."""
-        out = [f"service llmgw-{r} (stopped, its unit {self.layout.unit(r)} removed)" for r in self.roles]
+        out = []
+        if self.leaving is not None:
+            out.append(f"node {self.leaving.node} from the cluster: its control plane "
+                       f"({', '.join(self.leaving.control_planes)}) forgets it and revokes its certificate")
+        out += [f"service llmgw-{r} (stopped, its unit {self.layout.unit(r)} removed)" for r in self.roles]
         out += [f"engine process {pid}, left running by the agent" for pid in self.engines]
         out += [f"{d}/ and everything in it" for d in self.dirs]
         out += [str(f) for f in self.files if not any(str(f).endswith(f"llmgw-{r}.service") for r in self.roles)]
@@ -109,7 +117,7 @@ def plan_wipe(layout: Layout) -> WipePlan:
     return WipePlan(
         layout=layout, roles=tuple(roles), engines=tuple(_engine_pids(layout)), dirs=tuple(dirs),
         files=tuple(files), parents=tuple(Path(p) for p in manifest.parents), users=tuple(users),
-        table=bool(table), manifest_found=manifest.exists,
+        table=bool(table), manifest_found=manifest.exists, leaving=leaving(layout),
     )
 
 
@@ -149,6 +157,8 @@ def _zombie(pid: int) -> bool:
 def carry_out(plan: WipePlan) -> list[str]:
     """Stop, then remove, in that order; one sentence per thing."""
     said: list[str] = []
+    if plan.leaving is not None:  # while the agent and its certificate are still here
+        said.append(tell_leaving(plan.leaving)[1])
     # The agent first, so it starts no engine while they are stopped; then the rest.
     for role in sorted(plan.roles, key=lambda r: r != "agent"):
         said.append(remove_service(plan.layout, role))

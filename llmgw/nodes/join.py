@@ -33,6 +33,7 @@ from pathlib import Path
 
 from llmgw.control.join_codes import JoinCode, JoinCodeError, parse_code
 from llmgw.install.layout import Layout
+from llmgw.install.manifest import Manifest, make_dirs
 from llmgw.pki.certs import InvalidName, validate_node_id
 from llmgw.pki.csr import ca_fingerprint_of_pem, make_node_request
 
@@ -78,11 +79,12 @@ def join(code_text: str, *, root: str | os.PathLike[str] = "/", name: str = "",
     cert_pem, planes = answer["cert"].encode(), [str(a) for a in answer.get("control_planes") or []]
     planes = list(dict.fromkeys([*planes, *code.addresses]))
 
-    files = _write_node_files(layout, node, request.key_pem, cert_pem, ca_pem, planes)
+    manifest = Manifest.load(layout)  # what is written from here on is listed for `llmgw wipe`
+    files = _write_node_files(layout, manifest, node, request.key_pem, cert_pem, ca_pem, planes)
     for f in files:
         say(f"wrote {f}")
     started = time.time()
-    say(_install_agent(layout))
+    say(_install_agent(layout, manifest))
     control_plane = _wait_registered(layout, started, register_timeout)
     say(f"node {node} registered with {control_plane}")
     return JoinResult(node, control_plane, files)
@@ -145,13 +147,16 @@ def _post_join(address: str, ca_pem: bytes, body: dict) -> dict:
         raise JoinError(f"{address}: {_reason(exc)}; nothing written") from None
 
 
-def _write_node_files(layout: Layout, node: str, key_pem: bytes, cert_pem: bytes, ca_pem: bytes,
-                      planes: list[str]) -> list[Path]:
+def _write_node_files(layout: Layout, manifest: Manifest, node: str, key_pem: bytes, cert_pem: bytes,
+                      ca_pem: bytes, planes: list[str]) -> list[Path]:
+    """agent.yaml, the key, the certificate and the CA; each folder made and file written goes in the manifest."""
     from llmgw.pki.certs import _write  # written through a file made with its final mode
 
     tls = layout.etc / "tls"
-    tls.mkdir(parents=True, exist_ok=True)
-    layout.state.mkdir(parents=True, exist_ok=True)
+    for folder, mode in ((layout.etc, 0o755), (tls, 0o755), (layout.state, 0o750), (layout.logs, 0o750)):
+        if not folder.exists():
+            make_dirs(manifest, folder, mode)
+    manifest.save()  # before the first file: a join that fails half-way is wiped all the same
     key, cert, ca = tls / "node-key.pem", tls / "node.pem", tls / "ca.pem"
     _write(key, key_pem, 0o600)
     _write(cert, cert_pem, 0o644)
@@ -168,10 +173,14 @@ def _write_node_files(layout: Layout, node: str, key_pem: bytes, cert_pem: bytes
             "# come from the control plane; a key set here wins over what it says.\n")
     text += "".join(f"{k}: {json.dumps(v)}\n" for k, v in config.items())
     _write(layout.agent_yaml, text.encode(), 0o644)
-    return [layout.agent_yaml, key, cert, ca]
+    written = [layout.agent_yaml, key, cert, ca]
+    for f in written:
+        manifest.add_file(f)
+    manifest.save()
+    return written
 
 
-def _agent_argv(layout: Layout) -> list[str]:
+def _agent_argv(layout: Layout, manifest: Manifest) -> list[str]:
     """The agent's command: this very zipapp, copied to the layout's binary, or this checkout's llmgw."""
     from llmgw.buildinfo import zipapp_path
 
@@ -181,19 +190,27 @@ def _agent_argv(layout: Layout) -> list[str]:
         return [sys.executable, "-m", "llmgw", *config]
     target = layout.binary
     if Path(pyz).resolve() != target.resolve():
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.exists():
+            make_dirs(manifest, target.parent, 0o755)
         tmp = target.with_name(target.name + ".tmp")
         shutil.copyfile(pyz, tmp)
         os.chmod(tmp, 0o755)
         os.replace(tmp, target)
+        manifest.add_file(target)
+        manifest.save()
     return [sys.executable, str(target), *config]
 
 
-def _install_agent(layout: Layout) -> str:
+def _install_agent(layout: Layout, manifest: Manifest) -> str:
     from llmgw.install.service import ServiceError, install_service, start_service
 
     try:
-        written = install_service(layout, "agent", _agent_argv(layout))
+        argv = _agent_argv(layout, manifest)
+        if not layout.units.exists():
+            make_dirs(manifest, layout.units, 0o755, ours=False)
+        written = install_service(layout, "agent", argv)
+        manifest.add_unit("agent")
+        manifest.save()
         return f"{written}; {start_service(layout, 'agent')}"
     except ServiceError as exc:
         raise JoinError(f"the node's files are written, but its agent could not be started: {exc}") from None

@@ -127,7 +127,7 @@ async def test_join_writes_the_node_s_files_with_its_key_made_here(plane, tmp_pa
 
     started = []
 
-    def fake_install(layout):
+    def fake_install(layout, manifest):
         started.append(layout)
         (layout.state / "registered.json").write_text('{"control_plane": "wss://%s/agent/v1"}' % plane.address)
         return "agent started"
@@ -151,7 +151,8 @@ async def test_join_writes_the_node_s_files_with_its_key_made_here(plane, tmp_pa
 async def test_a_reused_code_is_refused_and_writes_nothing(plane, tmp_path, monkeypatch):
     import llmgw.nodes.join as j
 
-    monkeypatch.setattr(j, "_install_agent", lambda layout: (layout.state / "registered.json").write_text("{}") or "")
+    monkeypatch.setattr(j, "_install_agent",
+                        lambda layout, manifest: (layout.state / "registered.json").write_text("{}") or "")
     text = await plane.code()
     await join_in_thread(text, tmp_path / "first", name="n1")
     with pytest.raises(JoinError, match="already used, by node 'n1'"):
@@ -204,3 +205,34 @@ async def test_a_damaged_code_and_a_name_in_use_are_refused_in_words(plane, tmp_
     with pytest.raises(JoinError, match="for node 'gpu01'"):
         await join_in_thread(await plane.code(name="gpu01"), tmp_path / "node", name="other")
     assert files_under(tmp_path / "node") == []
+
+
+async def test_join_lists_what_it_writes_and_wipe_removes_exactly_that(plane, tmp_path, monkeypatch):
+    # The real unit is written; only starting the agent is replaced: it "registers" at once.
+    import llmgw.install.service as service
+    from llmgw.install.layout import Layout
+    from llmgw.install.manifest import Manifest
+    from llmgw.install.wipe import carry_out, plan_wipe
+
+    def registered(layout, role):
+        (layout.state / "registered.json").write_text('{"control_plane": "%s"}' % plane.address)
+        return "llmgw agent: started"
+
+    monkeypatch.setattr(service, "start_service", registered)
+    root = tmp_path / "node"
+    (root / "etc").mkdir(parents=True)  # there before llmgw: wipe leaves it
+    (root / "etc/hostname").write_text("gpu07\n")
+    await join_in_thread(await plane.code(), root, name="gpu07")
+    layout = Layout(root)
+    manifest = Manifest.load(layout)
+    assert str(root / "etc/llmgw") in manifest.dirs and str(root / "var/lib/llmgw") in manifest.dirs
+    assert manifest.units == ["agent"] and str(layout.unit("agent")) in manifest.files
+    assert (layout.unit("agent")).read_text().startswith(service.MARKER)
+
+    plan = plan_wipe(layout)
+    assert plan.leaving is not None and plan.leaving.node == "gpu07"
+    assert plan.lines()[0].startswith("node gpu07 from the cluster")
+    said = await asyncio.to_thread(carry_out, plan)
+    # The test plane serves no leave route: wipe goes on and says how to remove the node by hand.
+    assert "llmgw ctl node remove gpu07" in said[0]
+    assert files_under(root) == ["etc", "etc/hostname"]
