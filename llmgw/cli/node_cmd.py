@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from llmgw.cli.ctl_client import AdminClient, CtlError, add_client_arguments, quote
 
@@ -39,46 +38,26 @@ def register(sub) -> None:
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from llmgw.nodes.ssh_add import AddError, SshNodeAdder, parse_target, pyz_to_copy
+    from llmgw.nodes.ssh_add import AddError, add_node
 
     def say(line: str) -> None:
         print(line, flush=True)
 
     try:
         client = AdminClient.from_args(args)
-        target = parse_target(args.target, args.port)
-        adder = SshNodeAdder(target, identity=args.identity, ssh_options=args.ssh_option, say=say)
-        probe = adder.check()
-        name = args.name or probe.hostname.split(".")[0]
-        if not name:
-            raise AddError(f"{target.host} did not say its host name; give one with --name")
-        pyz = pyz_to_copy(say)
-        code = client.post("/nodes/join-codes", {"ttl": "15m", "name": name})
-        say(f"made join code {code['id']} for node {name} (works once, 15 minutes)")
-        adder.install(probe, pyz, code["code"], name=name, root=args.root, timeout=args.timeout + 60)
-        node = _wait_ready(client, name, args.timeout, say)
+
+        def get_node(name: str) -> dict | None:
+            try:
+                return client.get(f"/nodes/{quote(name)}")
+            except CtlError:  # not registered yet, or a moment without the API: asked again
+                return None
+
+        add_node(args.target, port=args.port, identity=args.identity, ssh_options=args.ssh_option, name=args.name,
+                 root=args.root, timeout=args.timeout, say=say,
+                 make_code=lambda name: client.post("/nodes/join-codes", {"ttl": "15m", "name": name}),
+                 get_node=get_node)
     except (AddError, CtlError) as exc:
         message = exc.message if isinstance(exc, CtlError) else str(exc)
         print(f"llmgw node add: {message}", file=sys.stderr, flush=True)
         return 1
-    gpus = node.get("gpus") or []
-    say(f"node {name} is ready: {node.get('cores', 0)} cores, {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}, "
-        f"{node.get('memory_total_bytes', 0) / 2**30:.1f} GiB memory")
     return 0
-
-
-def _wait_ready(client: AdminClient, name: str, timeout: float, say) -> dict:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            node = client.get(f"/nodes/{quote(name)}")
-        except CtlError as exc:
-            last = exc.message
-        else:
-            if node.get("state") == "ready" and node.get("cores", 0) > 0:
-                return node
-            last = f"state {node.get('state')}"
-        time.sleep(0.5)
-    raise CtlError(f"node {name} joined but the control plane has not seen it ready with its hardware within "
-                   f"{timeout:g} s ({last}); `llmgw ctl node logs {name}` or its agent log says why", 1)

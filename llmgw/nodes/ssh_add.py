@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["AddError", "Probe", "Target", "SshNodeAdder", "parse_target", "pyz_to_copy"]
+__all__ = ["AddError", "Probe", "Target", "SshNodeAdder", "add_node", "parse_target", "pyz_to_copy"]
 
 CONNECT_TIMEOUT = 10
 PYTHONS = ("3.13", "3.12", "3.11", "3.10")
@@ -217,6 +217,43 @@ class SshNodeAdder:
             removed = self.ssh(f"rm -rf {shlex.quote(tmp)}")
             if removed.returncode != 0:
                 self.say(f"could not remove {tmp} on {self.target.host}: {_last_line(removed.stderr)}")
+
+
+def add_node(target_text: str, *, make_code: Callable[[str], dict], get_node: Callable[[str], dict | None],
+             port: int = 22, identity: str | None = None, ssh_options: Sequence[str] = (), name: str = "",
+             root: str = "/", timeout: float = 120.0, say: Callable[[str], None] = print) -> dict:
+    """The whole of `llmgw node add` (the CLI and the console's Add a node run this): the node as the
+    control plane reports it once ready. `make_code(name)` makes a join code for it, `get_node(name)` reads
+    it back (None while unknown); AddError says what failed, each step having been said."""
+    target = parse_target(target_text, port)
+    adder = SshNodeAdder(target, identity=identity, ssh_options=ssh_options, say=say)
+    probe = adder.check()
+    name = name or probe.hostname.split(".")[0]
+    if not name:
+        raise AddError(f"{target.host} did not say its host name; give one with --name")
+    pyz = pyz_to_copy(say)
+    code = make_code(name)
+    say(f"made join code {code['id']} for node {name} (works once, 15 minutes)")
+    adder.install(probe, pyz, code["code"], name=name, root=root, timeout=timeout + 60)
+    node = _wait_ready(get_node, name, timeout)
+    gpus = node.get("gpus") or []
+    say(f"node {name} is ready: {node.get('cores', 0)} cores, {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}, "
+        f"{node.get('memory_total_bytes', 0) / 2**30:.1f} GiB memory")
+    return node
+
+
+def _wait_ready(get_node: Callable[[str], dict | None], name: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    last = "not seen yet"
+    while time.monotonic() < deadline:
+        node = get_node(name)
+        if node is not None:
+            if node.get("state") == "ready" and node.get("cores", 0) > 0:
+                return node
+            last = f"state {node.get('state')}"
+        time.sleep(0.5)
+    raise AddError(f"node {name} joined but the control plane has not seen it ready with its hardware within "
+                   f"{timeout:g} s ({last}); `llmgw ctl node logs {name}` or its agent log says why")
 
 
 def _ssh_failure(target: Target, stderr: str) -> str:

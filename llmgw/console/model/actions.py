@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,40 @@ class Actions:
 
     async def node(self, node: str) -> dict[str, Any]:
         return await self.api.get(f"/nodes/{quote(node)}")
+
+    async def join_code(self, ttl: str, name: str = "") -> dict[str, Any]:
+        """A fresh single-use join code; the answer holds the `llmgw join ...` line, shown once."""
+        body: dict[str, Any] = {"ttl": ttl}
+        if name:
+            body["name"] = name
+        return await self._call(("nodes",), "POST", "/nodes/join-codes", body)
+
+    async def add_node_over_ssh(self, target: str, *, port: int = 22, identity: str = "", name: str = "",
+                                root: str = "/", say: Callable[[str], None]) -> dict[str, Any]:
+        """`llmgw node add` itself, run from the console: `say` is told each step as it happens (in a
+        thread; ssh runs meanwhile). A failure is an AdminError in node add's own words."""
+        from llmgw.nodes.ssh_add import AddError, add_node
+
+        loop = asyncio.get_running_loop()
+
+        def call(method: str, path: str, body: Any = None) -> Any:
+            return asyncio.run_coroutine_threadsafe(self.api.request(method, path, body=body), loop).result(60)
+
+        def get_node(node: str) -> dict[str, Any] | None:
+            try:
+                return call("GET", f"/nodes/{quote(node)}")
+            except AdminError:  # not registered yet
+                return None
+
+        try:
+            return await asyncio.to_thread(
+                add_node, target, port=port, identity=identity or None, name=name, root=root, say=say,
+                make_code=lambda node: call("POST", "/nodes/join-codes", {"ttl": "15m", "name": node}),
+                get_node=get_node)
+        except AddError as exc:
+            raise AdminError(str(exc)) from None
+        finally:
+            self._changed(("nodes",))
 
     # ---- jobs
 

@@ -1,6 +1,6 @@
 """The entries of the sidebar, one thin view each, in their groups and in the order they are listed."""
 
-from llmgw.console.views.do import BackUpView, LeaveView, NotifyTestView, RestartAllView
+from llmgw.console.views.do import AddNodeView, BackUpView, LeaveView, NotifyTestView, RestartAllView
 from llmgw.console.views.fleet import GpusView, LogsView, NodesView, OverviewView, ReplicasView
 from llmgw.console.views.jobs import JobsView
 from llmgw.console.views.manual import ManualView
@@ -16,7 +16,7 @@ GROUPS = (
     ("People", (AccountsView, KeysView, OrgsView, AuditView)),
     ("Help", (ManualView,)),
     ("Settings", (SettingsView,)),
-    ("Do", (RestartAllView, BackUpView, NotifyTestView, LeaveView)),
+    ("Do", (AddNodeView, RestartAllView, BackUpView, NotifyTestView, LeaveView)),
 )
 
 __all__ = ["GROUPS"]

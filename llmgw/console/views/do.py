@@ -1,13 +1,108 @@
-"""Do: restart all replicas, back up now, send a test notification, leave."""
+"""Do: add a node, restart all replicas, back up now, send a test notification, leave."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 from llmgw.console.views.base import TextView, when
 
-__all__ = ["BackUpView", "LeaveView", "NotifyTestView", "RestartAllView"]
+__all__ = ["AddNodeView", "BackUpView", "LeaveView", "NotifyTestView", "RestartAllView"]
+
+#: How long a join code made here works.
+JOIN_CODE_TTL = "1h"
+
+
+class AddNodeView(TextView):
+    """A fresh join code to paste on the machine, or `llmgw node add` over SSH, its steps shown as they go."""
+
+    title = "Add a node"
+    contexts = ("do", "text")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.progress: list[Any] = []  #: the steps of the node add under way (or the last one)
+        self.code_lines: list[Any] = []  #: the last join code made here, with its line to run
+        self.adding = False
+
+    def lines(self) -> list[Any]:
+        out: list[Any] = [
+            ("title", "Add a node"), "",
+            "Two ways to make a machine a node of this cluster:", "",
+            ("heading", "A join code"),
+            f"  A code that works once, for {JOIN_CODE_TTL}. Run the line shown on the machine, as root:",
+            "  llmgw join CODE. It makes the node's key there and starts its agent.", "",
+            ("heading", "Over SSH"),
+            "  Type [user@]host: the console logs in with your ssh keys (batch mode), checks the machine,",
+            "  copies this llmgw there, joins it with a fresh code and waits until it is ready.", "",
+            ("dim", "Enter chooses. From a shell: llmgw ctl node join-code, or llmgw node add USER@HOST."),
+        ]
+        out += self.code_lines
+        if self.progress:
+            out += ["", ("heading", "Adding a node" if self.adding else "The last node add"), *self.progress]
+        return out
+
+    def commands(self) -> dict[str, Callable[[], None]]:
+        return {"act": self.act}
+
+    def act(self) -> None:
+        self.app.menu("Add a node", [("Make a join code", self.make_code),
+                                     ("Add a machine over SSH…", self.over_ssh)])
+
+    def make_code(self) -> None:
+        self.app.run(self.actions.join_code(JOIN_CODE_TTL), self.show_code, busy="making a join code…")
+
+    def show_code(self, made: dict[str, Any]) -> None:
+        # In the panel, not a dialog: the line wraps there without borders, so it copies whole.
+        self.code_lines = [
+            "", ("heading", "Join code"), "On the machine, as root, run:", "", ("good", made["command"]), "",
+            f"It works once, until {made['expires_at']} (code {made['id']}).",
+            "Shown this once: the control plane keeps only a hash of it.",
+            ("dim", "llmgw ctl node join-codes lists the codes; join-code-revoke stops one.")]
+        self.refresh()
+        self.app.note(f"join code {made['id']} made; the line to run is below")
+
+    def over_ssh(self) -> None:
+        from llmgw.console.widgets.form import TextField, text, whole
+
+        fields = [TextField("target", "Machine", "", text("Machine", required=True),
+                            hint="[user@]host, as ssh takes it"),
+                  TextField("port", "SSH port", "22", whole("SSH port", minimum=1)),
+                  TextField("identity", "Key file", "", hint="empty: your ssh agent and ~/.ssh/config"),
+                  TextField("name", "Node name", "", hint="empty: the machine's short host name")]
+        self.app.form("Add a machine over SSH", fields, self.start, apply_label="Add",
+                      intro=["The machine needs root (or sudo without a password), Linux and Python 3.10–3.13."])
+
+    def start(self, values: dict[str, Any]) -> None:
+        if self.adding:
+            raise ValueError("a node add is under way; wait for it to end")
+        self.adding, self.progress = True, []
+        loop = asyncio.get_running_loop()
+
+        def say(line: str) -> None:  # from node add's thread
+            loop.call_soon_threadsafe(self._said, line)
+
+        call = self.actions.add_node_over_ssh(values["target"], port=values["port"] or 22,
+                                              identity=values["identity"] or "", name=values["name"] or "", say=say)
+        self.app.run(self._follow(call), self.done, busy=f"adding {values['target']}…")
+
+    async def _follow(self, call: Any) -> dict[str, Any]:
+        try:
+            return await call
+        except Exception as exc:
+            self.progress.append(("error", getattr(exc, "message", None) or str(exc)))
+            raise
+        finally:
+            self.adding = False
+
+    def _said(self, line: str) -> None:
+        self.progress.append(line)
+        self.refresh()
+        self.app.redraw()
+
+    def done(self, node: dict[str, Any]) -> None:
+        self.app.show(f"Node {node['id']} is ready", [*self.progress, "", "It is in Fleet → Nodes now."])
 
 
 class RestartAllView(TextView):
