@@ -63,3 +63,21 @@ def _backport_timeout():
 
 if sys.version_info < (3, 11):
     _backfill()
+
+
+if sys.version_info >= (3, 11):
+    from datetime import datetime as _datetime
+
+    fromisoformat = _datetime.fromisoformat
+else:
+    import re as _re
+    from datetime import datetime as _datetime
+
+    _FRACTION = _re.compile(r"(T\d\d:\d\d:\d\d)\.(\d{1,6})\d*")
+
+    def fromisoformat(text: str) -> _datetime:
+        """datetime.fromisoformat as 3.11 reads it: a trailing Z for UTC, 1 to 6 digits of a second."""
+        if text[-1:] in ("Z", "z"):
+            text = text[:-1] + "+00:00"
+        text = _FRACTION.sub(lambda m: f"{m.group(1)}.{m.group(2).ljust(6, '0')}", text, count=1)
+        return _datetime.fromisoformat(text)

@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from llmgw.store import UsageRow
+from llmgw.compat import fromisoformat
 
 UTC = dt.UTC
 MAX_METADATA = 16_384
@@ -142,5 +143,5 @@ def row_from_json(value: dict[str, Any]) -> UsageRow:
     """A row back from its journal form; ValueError/TypeError when it is not one."""
     fields = {f.name for f in attrs.fields(UsageRow)}
     data = {k: v for k, v in value.items() if k in fields}
-    data["at"] = dt.datetime.fromisoformat(data["at"])
+    data["at"] = fromisoformat(data["at"])
     return UsageRow(**data)

@@ -18,6 +18,7 @@ from llmgw.config.errors import format_path
 from llmgw.config.load import make_converter
 from llmgw.config.structure_errors import flatten
 from llmgw.config.units import describe
+from llmgw.compat import fromisoformat
 
 __all__ = ["CONVERTER", "BadRequest", "structure", "unstructure"]
 
@@ -32,7 +33,7 @@ def _structure_datetime(value: Any, _: type) -> dt.datetime:
     if not isinstance(value, str):
         raise ValueError(f"expected a time like 2026-09-01T00:00:00Z, got {describe(value)}")
     try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"expected a time like 2026-09-01T00:00:00Z, got {describe(value)}") from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)

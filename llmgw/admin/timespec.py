@@ -6,6 +6,7 @@ import datetime as dt
 
 from llmgw.admin.errors import ApiError
 from llmgw.config.units import Duration
+from llmgw.compat import fromisoformat
 
 FORMS = "2026-09-01, 2026-09-01T12:00:00Z, or a span back from now like 24h or 7d"
 
@@ -19,7 +20,7 @@ def parse_when(text: str | None, now: dt.datetime, what: str) -> dt.datetime | N
         raise ApiError(400, f"{what}: empty; give {FORMS}")
     if text[0].isdigit() and len(text) >= 10 and text[4] == "-":
         try:
-            when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            when = fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
             raise ApiError(400, f"{what}: {text[:60]!r} is not a time; give {FORMS}") from None
         if when.tzinfo is None:

@@ -36,6 +36,8 @@ from typing import IO, Any
 
 import attrs
 
+from llmgw.compat import fromisoformat
+
 __all__ = [
     "FORMAT",
     "MANIFEST",
@@ -171,7 +173,7 @@ class Manifest:
 
 
 def _parse_time(text: str) -> dt.datetime:
-    t = dt.datetime.fromisoformat(str(text))  # Python 3.11 reads a final Z
+    t = fromisoformat(str(text))  # Python 3.11 reads a final Z
     return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from llmgw.cli.common import print_json, print_table
 from llmgw.cli.ctl_client import AdminClient, CtlError, quote, register_leaf
+from llmgw.compat import fromisoformat
 
 __all__ = ["FOLLOW_INTERVAL", "register"]
 
@@ -94,7 +95,7 @@ def _wait(seconds: float) -> None:
 
 
 def _time(value: str) -> dt.datetime:
-    t = dt.datetime.fromisoformat(value)
+    t = fromisoformat(value)
     return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
 
 

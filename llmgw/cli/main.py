@@ -60,6 +60,8 @@ COMMAND_SUMMARIES = {
     "bench": "Measure llmgw against what a user would use instead (gateway, routing, placement), and its guardrails.",
     "config": "Check a configuration file, or print the configuration reference.",
     "version": "Print llmgw's version, commit, and the Python and platform it was built for.",
+    "doctor": "Check this machine's llmgw: services, ports, certificates, store, clock, GPUs, engines, disk.",
+    "wipe": "Take llmgw off this machine: its services, configuration, state, certificates, user and firewall table.",
 }
 
 # Options before the command that take a value (`--log-level debug`).

@@ -21,7 +21,7 @@ def run(args) -> int:
     pyz = zipapp_path()
     if pyz:
         info["zipapp"] = pyz
-        root = os.environ.get("SHIV_ROOT")
+        root = os.environ.get("LLMGW_UNPACKED") or os.environ.get("SHIV_ROOT")
         if root:
             info["extracted_to"] = root
     if args.json:

@@ -49,6 +49,7 @@ from llmgw.control.admin_engines import AdminEngines
 from llmgw.control.jobs import Job
 from llmgw.control.node_logs import NodeNotAnswering, NodeNotConnected, UnknownNode
 from llmgw.control.service import ControlPlane, ControlPlaneSlot
+from llmgw.compat import fromisoformat
 
 
 def _replica(info: Mapping[str, Any]) -> ReplicaInfo:
@@ -78,7 +79,7 @@ def _decision(info: Mapping[str, Any] | None) -> PlacementDecision | None:
         return None
     import datetime as dt
 
-    at = dt.datetime.fromisoformat(info["at"]) if info.get("at") else None
+    at = fromisoformat(info["at"]) if info.get("at") else None
     return PlacementDecision(at=at, placed_on=info["placed_on"], gpus=list(info["gpus"]),
                              preempts=list(info["preempts"]), why=info["why"], summary=info["summary"],
                              rejections=list(info["rejections"]))

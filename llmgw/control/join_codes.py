@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 
 from llmgw.store import Store
+from llmgw.compat import fromisoformat
 
 __all__ = [
     "CODE_PREFIX", "CODES_PREFIX", "USED_PREFIX", "DEFAULT_TTL", "MAX_TTL",
@@ -199,7 +200,7 @@ class JoinCodes:
 
 def _when(text: Any) -> dt.datetime | None:
     try:
-        when = dt.datetime.fromisoformat(str(text))
+        when = fromisoformat(str(text))
     except ValueError:
         return None
     return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)

@@ -26,6 +26,7 @@ from typing import Any
 
 from llmgw.control.state import ModelState
 from llmgw.obs import logs
+from llmgw.compat import fromisoformat
 
 __all__ = ["PARKED_ACTOR", "PARKED_SETTING", "ParkedRecord", "normalized", "parked_value"]
 
@@ -46,7 +47,7 @@ def _iso(wall: float) -> str | None:
 
 def _wall(iso: Any) -> float:
     try:
-        return dt.datetime.fromisoformat(iso).timestamp() if isinstance(iso, str) else 0.0
+        return fromisoformat(iso).timestamp() if isinstance(iso, str) else 0.0
     except ValueError:
         return 0.0
 

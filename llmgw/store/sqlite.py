@@ -32,6 +32,8 @@ from .sql_tenancy import SQLTenancy
 from .sql_web import SQLWeb
 from .sqlbase import UTC, Clock, T, Work
 
+from llmgw.compat import fromisoformat
+
 BUSY_TIMEOUT_MS = 5000
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
@@ -131,7 +133,7 @@ class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses,
         return None if value is None else value.astimezone(UTC).strftime(_TIME_FORMAT)
 
     def _dt(self, value: Any) -> dt.datetime | None:
-        return None if value is None else dt.datetime.fromisoformat(value).astimezone(UTC)
+        return None if value is None else fromisoformat(value).astimezone(UTC)
 
     async def _run(self, conn: aiosqlite.Connection, lock: asyncio.Lock, begin: str, work: Work[T]) -> T:
         if self._closed:

@@ -50,7 +50,10 @@ def test_dash_dash_version_is_the_first_line_of_version():
 
 @pytest.mark.parametrize("name", COMMAND_MODULES)
 def test_the_help_listed_without_importing_a_command_is_its_own(name):
-    assert COMMAND_SUMMARIES.get(name) == importlib.import_module(f"llmgw.cli.{name}_cmd").HELP
+    own = importlib.import_module(f"llmgw.cli.{name}_cmd").HELP
+    assert COMMAND_SUMMARIES.get(name) == own, (
+        f"llmgw/cli/main.py: COMMAND_SUMMARIES[{name!r}] must be llmgw.cli.{name}_cmd.HELP, or `llmgw --help` "
+        f"imports that module on every start")
 
 
 def test_the_command_named_is_found_past_the_top_level_options():

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import urwid
 
 from llmgw.console.widgets import Row, Table
+from llmgw.compat import fromisoformat
 
 if TYPE_CHECKING:
     from llmgw.console.app import ConsoleApp
@@ -172,7 +173,7 @@ def _time(value: str | None) -> dt.datetime | None:
     if not value:
         return None
     try:
-        t = dt.datetime.fromisoformat(value)
+        t = fromisoformat(value)
     except ValueError:
         return None
     return t if t.tzinfo else t.replace(tzinfo=dt.UTC)

@@ -12,6 +12,7 @@ from typing import Any
 
 from llmgw.console.views.base import Action, TableView, ago, counts, when
 from llmgw.console.widgets import Row
+from llmgw.compat import fromisoformat
 
 __all__ = ["JobsView", "job_lines"]
 
@@ -70,5 +71,5 @@ def job_lines(job: dict[str, Any]) -> list[Any]:
 
 
 def _clock(value: str) -> str:
-    t = dt.datetime.fromisoformat(value)
+    t = fromisoformat(value)
     return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).astimezone(dt.UTC).strftime("%H:%M:%S")
