@@ -67,13 +67,13 @@ class Node:
     cordoned: bool = False
     cordon_reason: str = ""
     draining: bool = False
+    #: the RDMA fabrics it is on, as its agent reports them, or the operator's llmgw.io/fabric label
+    fabrics: tuple[str, ...] = ()
 
     @property
     def address(self) -> str:
         """Where the router reaches this node's engines: its first address, else where it connected from."""
         for candidate in (*self.addresses, self.peer_host, self.hostname):
-    #: the RDMA fabrics it is on, as its agent reports them, or the operator's llmgw.io/fabric label
-    fabrics: tuple[str, ...] = ()
             if candidate:
                 return candidate
         return self.id
@@ -112,11 +112,6 @@ class Node:
                  "xid_errors": list(g.xid_errors), "mig_mode": g.mig_mode}
                 for g in self.gpus
             ],
-            "weights": sorted(self.weights), "agent_version": self.agent_version,
-            "cordoned": self.cordoned, "cordon_reason": self.cordon_reason, "draining": self.draining,
-            "silent_s": round(self.silent_for(now), 1),
-            "disconnect_reason": self.disconnect_reason,
-        }
             # What placement hands out: whole cards, or the MIG instances of a card in MIG mode.
             "devices": [
                 {"index": d.index, "label": d.label, "class": d.gpu_class, "uuid": d.uuid,
@@ -124,6 +119,11 @@ class Node:
                 for d in node_devices(self.gpus)
             ],
             "fabrics": list(self.fabrics),
+            "weights": sorted(self.weights), "agent_version": self.agent_version,
+            "cordoned": self.cordoned, "cordon_reason": self.cordon_reason, "draining": self.draining,
+            "silent_s": round(self.silent_for(now), 1),
+            "disconnect_reason": self.disconnect_reason,
+        }
 
 
 class Inventory:
@@ -176,6 +176,7 @@ class Inventory:
             # a failed install is remembered while the node's engines stay as they were
             engine_problems=dict(old.engine_problems) if old is not None and old.engines == reg.engines else {},
             gpus=tuple(inv.gpus),
+            fabrics=tuple(inv.fabrics),
             cores=inv.cpu.cores,
             memory_total=inv.memory_total_bytes,
             memory_available=inv.memory_available_bytes,
@@ -185,7 +186,6 @@ class Inventory:
             protocol=reg.protocol,
             connected=True,
             registered_at=now,
-            fabrics=tuple(inv.fabrics),
             last_heard=now,
             cordoned=reg.node_id in self._cordons,
             cordon_reason=self._cordons.get(reg.node_id, ""),
@@ -306,8 +306,6 @@ class Inventory:
         self._nodes.clear()
 
 
-def describe_nodes(nodes: Iterable[Node], now: float | None = None) -> list[dict[str, Any]]:
-    return [n.describe(now) for n in nodes]
 def _with_sensors(gpus: tuple[GpuInfo, ...], sensors: dict[int, GpuSensor]) -> tuple[GpuInfo, ...]:
     """The cards as the latest readings judge them: health (back to ok too), why, and who else holds memory.
 
@@ -329,3 +327,5 @@ def _with_sensors(gpus: tuple[GpuInfo, ...], sensors: dict[int, GpuSensor]) -> t
     return tuple(out) if any(a is not b for a, b in zip(out, gpus)) else gpus
 
 
+def describe_nodes(nodes: Iterable[Node], now: float | None = None) -> list[dict[str, Any]]:
+    return [n.describe(now) for n in nodes]
