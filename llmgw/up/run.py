@@ -39,6 +39,7 @@ import attrs
 
 from llmgw.buildinfo import self_command
 from llmgw.up.layout import (
+    GEMMA_ARGS,
     Layout,
     Ports,
     agent_yaml,
@@ -289,7 +290,9 @@ async def _run_locked(opts: UpOptions, layout: Layout, on_ready: Callable[[UpInf
     ports: Ports = choose_ports(opts.port)
     source = await prepare_llamacpp(opts, layout, say) if opts.engine == "llamacpp" else ""
     model = model_name_for(opts.engine, opts.model_file)
-    write_private(layout.server_yaml, server_yaml(layout, ports, engine=opts.engine, model=model, source=source))
+    gemma = opts.engine == "llamacpp" and not opts.model_file
+    write_private(layout.server_yaml, server_yaml(layout, ports, engine=opts.engine, model=model, source=source,
+                                                  args=GEMMA_ARGS if gemma else ()))
     blocked = engine_user_blocked(layout, opts.engine, source)
     if blocked:
         say(f"the engine runs as root, not as the user llmgw-engine: {blocked} (give --dir in a folder others "

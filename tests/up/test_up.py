@@ -51,6 +51,15 @@ def test_the_files_it_writes_are_valid_configuration(tmp_path):
     assert (model.name, model.engine, model.source) == ("My-Model.Q4", "llamacpp", str(gguf))
     assert model_name_for("llamacpp", None) == "gemma-3-270m" and model_name_for("sim", None) == "llmgw-sim"
 
+    from llmgw.plugins.manager import load_plugins
+    from llmgw.up.layout import GEMMA_ARGS
+
+    layout.server_yaml.write_text(server_yaml(layout, ports, engine="llamacpp", model="gemma-3-270m",
+                                              source=str(gguf), args=GEMMA_ARGS))
+    [model] = load_server_config(layout.server_yaml).models
+    assert tuple(model.profiles[0].args) == GEMMA_ARGS
+    assert load_plugins(allow=None).engines()["llamacpp"].validate(list(GEMMA_ARGS), {}) == []
+
 
 def test_ports_beside_the_one_asked_for_or_anywhere_free():
     ports = choose_ports(0)

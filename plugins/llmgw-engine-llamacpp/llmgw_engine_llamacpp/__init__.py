@@ -40,7 +40,7 @@ class LlamaCppEngine(Engine):
             "--dry-multiplier= --dry-base= --dry-allowed-length= --dry-penalty-last-n= --samplers= "
             "--sampling-seq= --ignore-eos --top-nsigma= --xtc-probability= --xtc-threshold= "
             # chat and serving
-            "--jinja --chat-template= --reasoning-format= --reasoning-budget= --no-prefill-assistant "
+            "--jinja --chat-template= -r= --reverse-prompt= --reasoning-format= --reasoning-budget= --no-prefill-assistant "
             "--embedding --embeddings --rerank --reranking --pooling= --slots --no-slots --props "
             "--slot-prompt-similarity= -sps= --no-webui --draft-p-min= "
             # its own log, on stderr
