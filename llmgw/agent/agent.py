@@ -102,7 +102,8 @@ class Agent:
         self.engines = NodeEngines(plugins.engines(), config.engines_dir)
         self.installer = EngineInstaller(config.engines_dir, index_url=config.engine_index_url,
                                          pip_args=config.engine_pip_args,
-                                         has_gpu=lambda: bool(self.inventory and self.inventory.gpus))
+                                         has_gpu=lambda: bool(self.inventory and self.inventory.gpus),
+                                         mirror=lambda: self.weights.mirror_url)
         self.supervisor = Supervisor(self.state_dir, ring_size=config.log_ring_size, on_change=self._on_shard_change)
         self.weights = WeightsFetcher(config.weights_dir, mirror_url=config.mirror)
         self.connection: AgentConnection | None = None
@@ -420,6 +421,12 @@ class Agent:
             raise _StartRefused(f"{why}: every engine demands the key the router presents; send api_key")
         if not port:
             raise _StartRefused(f"no free port left in engine_ports {self.config.engine_ports}")
+        if msg.engine_version:  # a version named: that one's program, never another's
+            found = [e for e in await self.engines.scan() if e.name == msg.engine]
+            if found and not any(e.version == msg.engine_version for e in found):
+                have = ", ".join(e.version or "?" for e in found)
+                raise _StartRefused(f"{msg.engine} {msg.engine_version} is not installed on this node (it has: "
+                                    f"{have}); `llmgw ctl engine install NODE {msg.engine}=={msg.engine_version}`")
         weights_path = ""
         if msg.weights is not None and msg.weights.source:
             try:
@@ -529,16 +536,20 @@ class Agent:
             return why
         last = [0.0]
 
-        def progress(step: str) -> None:  # at most one step a second reaches the control plane
+        def progress(step: str) -> None:  # each of the installer's steps
+            last[0] = asyncio.get_running_loop().time()
+            status("installing", step)
+
+        def output(line: str) -> None:  # pip's lines: at most one a second reaches the control plane
             now = asyncio.get_running_loop().time()
             if now - last[0] >= 1.0:
                 last[0] = now
-                status("installing", step)
+                status("installing", line)
 
         status("queued", "waiting for any other installation of it to end")
         log.info("installing engine %s%s", want.engine, f" {want.version}" if want.version else "")
         try:
-            version, path = await self.installer.install(want.engine, want.version, progress)
+            version, path = await self.installer.install(want.engine, want.version, progress, output)
         except InstallError as exc:
             log.error("engine %s not installed: %s", want.engine, str(exc).splitlines()[-1:] or exc)
             status("failed", error=str(exc), done=await self.engines.versions(refresh=True),

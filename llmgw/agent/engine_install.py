@@ -5,10 +5,13 @@ where `llmgw.agent.engines` finds it:
 
 - vLLM, SGLang and TensorRT-LLM: a Python virtual environment of their own,
   `ENGINES/<engine>/<version>/`, made with `python -m venv` and filled with
-  `pip install <package>==<version>` from the package index agent.yaml's
-  `engine_index_url` names (PyPI when empty; an offline site serves a simple
-  index of its own), with `engine_pip_args` added. No version asked: the
-  newest the index offers (`pip index versions`).
+  `pip install <package>==<version>`, or, where a `uv` binary is found
+  (`ENGINES/bin/uv`, then the agent's PATH), made with `uv venv` and filled
+  with `uv pip install`, which is many times quicker. The index: agent.yaml's
+  `engine_index_url`; else the mirror's (`MIRROR/simple/`, llmgw/mirror/
+  wheel_index.py) when the agent knows a mirror and it offers the package;
+  else PyPI. `engine_pip_args` are added. No version asked: the newest the
+  index offers (`pip index versions`, `uv pip compile`).
 - llama.cpp: `llama-server` built from the llama.cpp sources in
   `llama-cpp-python`'s sdist, fetched from the same index
   (`llmgw.agent.llamacpp_build`: cached by source hash, CUDA when the node
@@ -33,6 +36,8 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
+import aiohttp
+
 from llmgw.plugins.engine_versions import dist_version
 
 __all__ = ["PACKAGES", "INSTALLABLE", "InstallError", "EngineInstaller", "clean_output"]
@@ -43,7 +48,7 @@ PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
 INSTALLABLE = (*PACKAGES, "llamacpp")
 TAIL = 12  # lines of the installer's output kept for a failure
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_NOISE = re.compile(r"^\s*(\[notice\]|WARNING: You are using pip|━|\|)", re.I)
+_NOISE = re.compile(r"^\s*(\[notice\]|WARNING: You are using pip|━|\||Using Python \S+ environment at)", re.I)
 _VERSION_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$")
 
 Progress = Callable[[str], None]
@@ -65,20 +70,54 @@ class EngineInstaller:
 
     def __init__(self, engines_dir: str | os.PathLike[str], *, index_url: str = "",
                  pip_args: Sequence[str] = (), python: str | None = None, llama_cache: str | None = None,
-                 has_gpu: Callable[[], bool] = lambda: False) -> None:
+                 has_gpu: Callable[[], bool] = lambda: False, mirror: Callable[[], str] = lambda: "",
+                 uv: str | None = None) -> None:
         self.dir = Path(engines_dir)
         self.index_url = index_url
+        self.mirror = mirror  #: the mirror's address now ("" when none is known): its index serves wheels
+        self.uv = uv  #: a uv binary to use; None looks for one at each install
         self.pip_args = tuple(pip_args)
         self.python = python or _base_python()
         self.llama_cache = llama_cache
         self.has_gpu = has_gpu
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def _index_args(self) -> list[str]:
-        return (["--index-url", self.index_url] if self.index_url else []) + list(self.pip_args)
+    def _index_args(self, index: str | None = None) -> list[str]:
+        index = self.index_url if index is None else index
+        return (["--index-url", index] if index else []) + list(self.pip_args)
 
-    async def install(self, engine: str, version: str = "", progress: Progress = lambda step: None) -> tuple[str, str]:
-        """Install `engine` (at `version`, else the newest); returns (its version, its program's path)."""
+    def find_uv(self) -> str | None:
+        """The uv binary installs use: the one given, else ENGINES/bin/uv, else one on PATH; None: pip."""
+        if self.uv is not None:
+            return self.uv or None
+        own = self.dir / "bin" / "uv"
+        if own.is_file() and os.access(own, os.X_OK):
+            return str(own)
+        return shutil.which("uv")
+
+    async def index_for(self, package: str) -> str:
+        """The index to install `package` from: engine_index_url; else the mirror's when it offers the package;
+        else "" (PyPI)."""
+        if self.index_url:
+            return self.index_url
+        mirror = (self.mirror() or "").rstrip("/")
+        if not mirror:
+            return ""
+        index = f"{mirror}/simple/"
+        url = f"{index}{re.sub(r'[-_.]+', '-', package).lower()}/"
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+                async with http.get(url) as resp:
+                    return index if resp.status == 200 else ""
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return ""  # no mirror to be reached: PyPI
+
+    async def install(self, engine: str, version: str = "", progress: Progress = lambda step: None,
+                      output: Progress | None = None) -> tuple[str, str]:
+        """Install `engine` (at `version`, else the newest); returns (its version, its program's path).
+
+        `progress` hears each step (a few); `output` the installer's lines worth showing (pip's Collecting …,
+        many: a caller may thin them out), `progress` when not given."""
         if engine not in INSTALLABLE:
             raise InstallError(f"llmgw cannot install {engine!r}: it installs {', '.join(INSTALLABLE)}; "
                                f"install it under {self.dir / engine} by hand")
@@ -88,22 +127,33 @@ class EngineInstaller:
         async with lock:
             if engine == "llamacpp":
                 return await self._llamacpp(version, progress)
-            return await self._python_engine(engine, version, progress)
+            return await self._python_engine(engine, version, progress, output or progress)
 
     # ------------------------------------------------------------------ Python engines
 
-    async def _python_engine(self, engine: str, version: str, progress: Progress) -> tuple[str, str]:
+    async def _python_engine(self, engine: str, version: str, progress: Progress,
+                             output: Progress) -> tuple[str, str]:
         package = PACKAGES[engine]
         home = self.dir / engine
         home.mkdir(parents=True, exist_ok=True)
+        index = await self.index_for(package)
+        uv = self.find_uv()
         staging = Path(tempfile.mkdtemp(prefix=".installing-", dir=home))
         try:
-            progress("creating a Python environment")
-            await _run([self.python, "-m", "venv", str(staging)], "python -m venv")
+            if uv:
+                progress(f"creating a Python environment with {uv}")
+                await _run([uv, "venv", "--no-progress", "--quiet", "--python", self.python, str(staging)],
+                           "uv venv")
+            else:
+                progress("creating a Python environment")
+                await _run([self.python, "-m", "venv", str(staging)], "python -m venv")
             python = str(staging / "bin" / "python")
+            if index:
+                progress(f"packages from {index}")
             if not version:
                 progress(f"asking the index for {package}'s newest version")
-                version = await self._newest(python, package)
+                version = await (self._newest_uv(uv, python, package, index) if uv
+                                 else self._newest(python, package, index))
             final = home / version
             if (found := dist_version(final / "bin" / "python", package)) == version:
                 return version, str(final / "bin" / _program(engine))
@@ -112,10 +162,15 @@ class EngineInstaller:
             os.replace(staging, final)  # before pip: the scripts pip writes name their environment's path
             staging = final
             python = str(final / "bin" / "python")
-            progress(f"pip install {package}=={version}")
-            await _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-                        "--progress-bar", "off", *self._index_args(), f"{package}=={version}"],
-                       "pip install", progress=_pip_progress(progress))
+            if uv:
+                progress(f"uv pip install {package}=={version}")
+                await _run([uv, "pip", "install", "--no-progress", "--python", python, *self._index_args(index),
+                            f"{package}=={version}"], "uv pip install", progress=_pip_progress(output))
+            else:
+                progress(f"pip install {package}=={version}")
+                await _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+                            "--progress-bar", "off", *self._index_args(index), f"{package}=={version}"],
+                           "pip install", progress=_pip_progress(output))
             found = dist_version(python, package)
             if found is None:
                 raise InstallError(f"pip installed {package}=={version} but the environment does not hold it")
@@ -128,9 +183,22 @@ class EngineInstaller:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
 
-    async def _newest(self, python: str, package: str) -> str:
+    async def _newest_uv(self, uv: str, python: str, package: str, index: str) -> str:
+        with tempfile.NamedTemporaryFile("w", suffix=".in", dir=self.dir) as wanted:
+            wanted.write(package + "\n")
+            wanted.flush()
+            out = await _run([uv, "pip", "compile", "--no-progress", "--quiet", "--no-header", "--no-annotate",
+                              "--no-deps", "--python", python, *self._index_args(index), wanted.name],
+                             "uv pip compile")
+        for line in out:
+            m = re.match(rf"^{re.escape(package)}==(\S+)", line.strip(), re.I)
+            if m:
+                return m.group(1)
+        raise InstallError(clean_output(out) or f"the index offers no {package}")
+
+    async def _newest(self, python: str, package: str, index: str | None = None) -> str:
         out = await _run([python, "-m", "pip", "index", "versions", "--disable-pip-version-check",
-                          *self._index_args(), package], "pip index versions")
+                          *self._index_args(index), package], "pip index versions")
         for line in out:
             m = re.match(rf"^{re.escape(package)}\s*\(([^)]+)\)", line.strip(), re.I)
             if m:
@@ -202,7 +270,8 @@ def _base_python() -> str:
 def _pip_progress(progress: Progress) -> Callable[[str], None]:
     def on_line(line: str) -> None:
         text = _ANSI.sub("", line).strip()
-        if text.startswith(("Collecting ", "Downloading ", "Installing collected packages", "Building wheel")):
+        if text.startswith(("Collecting ", "Downloading ", "Installing collected packages", "Building wheel",
+                            "Resolved ", "Prepared ", "Installed ", "+ ")):
             progress(text[:200])
     return on_line
 

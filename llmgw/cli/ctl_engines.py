@@ -67,7 +67,7 @@ def _where(r: dict[str, Any]) -> str:
         return (r["path"] or "-") + (" (default)" if r["default"] else "")
     if r["state"] == "failed":
         last = r["error"].strip().splitlines()[-1:] or ["the installer said nothing"]
-        return last[0]
+        return last[0].strip()
     return (r["step"] or r["state"]) + (f" (job {r['job']})" if r["job"] else "")
 
 

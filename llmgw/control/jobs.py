@@ -314,7 +314,8 @@ class Jobs(ReconcilerObserver):
             error = state.error.strip() or "the installer said nothing"
             if "\n" in error:
                 self._step(job, f"the installer said:\n{error}")
-            self._end(job, "failed", f"{state.engine} could not be installed on {node_id}: {error.splitlines()[-1]}")
+            last = error.splitlines()[-1].strip()
+            self._end(job, "failed", f"{state.engine} could not be installed on {node_id}: {last}")
         elif state.step and state.step != job.now:
             self._step(job, state.step)
         return job.id

@@ -275,7 +275,8 @@ def _gate(room: _Room, profile: Profile, engine: str, engines: Mapping[str, Engi
     if version and not has_engine(node, engine, version):
         problem = node.engine_problems.get(engine)
         if problem:
-            return (f"engine {engine} {version} could not be installed here: {problem.strip().splitlines()[-1]} "
+            last = problem.strip().splitlines()[-1].strip()
+            return (f"engine {engine} {version} could not be installed here: {last} "
                     f"(llmgw ctl engines says more; asking for it again retries)")
         have = sorted({i.version for i in node.engine_installs if i.engine == engine} | {node.engines[engine]})
         return (f"has {engine} {', '.join(have)}, not {version} as the model pins"

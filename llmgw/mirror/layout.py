@@ -31,6 +31,8 @@ import cattrs
 SIDECAR = ".source.json"
 SIDECAR_FORMAT = 1
 RESERVED_PREFIX = "_"  # `_llmgw/` and anything else of the mirror's own that is served
+#: The folder of Python wheels the mirror's package index serves (wheel_index.py): not a model.
+WHEELS = "wheels"
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]{0,127}")
 _VERSION_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})(?:-(\d+))?")
@@ -113,6 +115,9 @@ def utc_day() -> str:
 
 
 def check_model_name(name: str) -> str:
+    if name == WHEELS:
+        raise LayoutError(f"model name {WHEELS!r} is the mirror's folder of Python wheels (its package index); "
+                          "choose another")
     if not _MODEL_NAME.fullmatch(name or ""):
         raise LayoutError(
             f"model name {name!r}: use letters, digits, '.', '_', '+' and '-', "
@@ -174,6 +179,7 @@ class Layout:
             for e in os.scandir(self.root)
             if e.is_dir(follow_symlinks=False)
             and not e.name.startswith((".", RESERVED_PREFIX))
+            and e.name != WHEELS
             and _MODEL_NAME.fullmatch(e.name)
         )
 

@@ -36,6 +36,7 @@ from llmgw.mirror.fetch import MirrorFetcher
 from llmgw.mirror.layout import Layout, LayoutError, Sidecar, check_model_name, is_version_name, utc_now
 from llmgw.mirror.registry import Registry
 from llmgw.mirror.safefetch import SafeFetcher
+from llmgw.mirror.wheel_index import add_wheel_index
 from llmgw.obs import logs
 
 log = logs.get("llmgw.mirror")
@@ -134,6 +135,7 @@ def build_file_app(layout: Layout, base_url: str = "") -> web.Application:
     app = web.Application(client_max_size=1024, handler_args={"max_line_size": 8190, "max_field_size": 8190})
     app[LAYOUT] = layout
     app[BASE_URL] = base_url.rstrip("/")
+    add_wheel_index(app, layout.root)  # /simple/: a Python package index over wheels/ (wheel_index.py)
     app.router.add_get("/{path:.*}", handle_file_path)
     return app
 

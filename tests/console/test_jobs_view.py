@@ -59,3 +59,20 @@ async def test_without_jobs_the_table_says_none(app):
     await open_view(app, "Jobs")
     text = screen(app)
     assert "(none)" in text and "Jobs since the leader started: none" in text
+
+
+async def test_an_engine_install_is_a_job_with_its_timed_steps(app, live):
+    steps = [JobStep(at=T0, text="ann asked gpu-a-01 to install vllm 0.9.1"),
+             JobStep(at=T0 + dt.timedelta(seconds=2), text="uv pip install vllm==0.9.1")]
+    live.cluster.job_list.append(JobInfo(id="job-9", model="vllm on gpu-a-01", kind="engine", by="ann",
+                                         state="running", now="uv pip install vllm==0.9.1", started=T0,
+                                         steps=steps, node="gpu-a-01", engine="vllm"))
+    await open_view(app, "Jobs")
+    lines = screen(app).splitlines()
+    heading = next(i for i, line in enumerate(lines) if "MODEL" in line and "KIND" in line)
+    assert lines[heading + 1][25:].split()[:5] == ["vllm", "on", "gpu-a-01", "engine", "running"]
+    await keys(app, "enter")
+    text = screen(app)
+    assert "Job job-9: engine vllm on gpu-a-01" in text
+    assert "12:00:00  ann asked gpu-a-01 to install vllm 0.9.1" in text
+    assert "12:00:02  uv pip install vllm==0.9.1" in text

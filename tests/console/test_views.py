@@ -34,14 +34,14 @@ async def test_overview_is_ctl_status(app):
 async def test_nodes_gpus_and_replicas(app):
     await open_view(app, "Nodes")
     text = screen(app)
-    assert "NODE      STATE  ADDRESS   GPUS         CORES  MEMORY  REPLICAS  AGENT" in text
-    assert "gpu-a-01  ready  10.0.0.1  h100-80g x2  32     256GiB  1" in text
+    assert "NODE      STATE  ADDRESS   GPUS         CORES  MEMORY  REPLICAS  AGENT  ENGINES" in text
+    assert "gpu-a-01  ready  10.0.0.1  h100-80g x2  32     256GiB  1         -      sim 1.0" in text
     assert "Nodes: 2 ready" in text
     await keys(app, "enter")
     await choose(app, "Details")
     text = screen(app)
     assert "Node gpu-a-01" in text and "gpu 1: h100-80g NVIDIA H100 80GiB ok" in text
-    assert "replicas: qwen-small-0001" in text
+    assert "replicas: qwen-small-0001" in text and "engines: sim 1.0" in text
     await keys(app, "enter")
 
     await open_view(app, "GPUs")

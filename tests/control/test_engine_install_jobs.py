@@ -4,6 +4,7 @@ carries it; an engine install is a job with timed steps, done or failed in the i
 from __future__ import annotations
 
 import attrs
+import pytest
 
 from llmgw.control.catalog import Catalog
 from llmgw.control.explain import explain, explain_text
@@ -107,7 +108,8 @@ async def test_a_failed_install_fails_its_job_in_pips_words():
                                          request_id=provision.engines[0].request_id, engines={"sim": "1"}))
     job = jobs.get(state.job)
     assert job.state == "failed"
-    assert job.now == "failed: vllm could not be installed on gpu-a: ERROR: No matching distribution found for vllm==9.9.9"
+    assert job.now == ("failed: vllm could not be installed on gpu-a: "
+                       "ERROR: No matching distribution found for vllm==9.9.9")
     assert job.steps[-2].text == "the installer said:\n" + pip_says
 
 
@@ -120,3 +122,50 @@ def test_engine_version_is_checked_when_the_model_is_defined():
                 profiles=[{"name": "a", "gpus": 1}, {"name": "b", "engine": "sim"}])
     assert catalog._problems(two) == [
         "engine_version: its profiles run different engines (sim, vllm); pin a version only when they all run one"]
+
+
+class _Plane:
+    """What AdminEngines reads of a leading control plane."""
+
+    def __init__(self, h: Harness) -> None:
+        self.inventory, self.reconciler = h.inventory, h.rec
+
+
+def admin(h: Harness):
+    from llmgw.control.admin_engines import AdminEngines
+
+    class Engines(AdminEngines):
+        def _leader(self):
+            return _Plane(h)
+
+    return Engines()
+
+
+async def test_the_admin_api_lists_engines_and_refuses_what_cannot_be_installed():
+    from llmgw.admin.cluster_api import ClusterConflict, ClusterInvalid, ClusterNotFound
+
+    h = Harness([])
+    h.rec.observer = Jobs()
+    h.connect(node("gpu-a", "0.10.0", "0.9.1", installable=("vllm", "llamacpp")))
+    h.connect(node("gpu-b"))
+    api = admin(h)
+    with pytest.raises(ClusterNotFound, match="no node called 'gpu-z'"):
+        await api.install_engine("gpu-z", "vllm", "", actor="ann")
+    with pytest.raises(ClusterInvalid, match=r"engine: gpu-b's agent cannot install 'vllm' \(it installs: none\)"):
+        await api.install_engine("gpu-b", "vllm", "", actor="ann")
+    with pytest.raises(ClusterInvalid, match="version: '1 2' is not a version"):
+        await api.install_engine("gpu-a", "vllm", "1 2", actor="ann")
+    started = await api.install_engine("gpu-a", "llamacpp", "", actor="ann")
+    assert (started.node, started.engine, started.state) == ("gpu-a", "llamacpp", "queued") and started.job
+    with pytest.raises(ClusterConflict, match=f"gpu-a is installing llamacpp now: llmgw ctl jobs {started.job}"):
+        await api.install_engine("gpu-a", "llamacpp", "", actor="ann")
+    rows = [(r.node, r.engine, r.version, r.state, r.default, r.job)
+            for r in await api.engines(node=None) if r.engine != "sim"]
+    assert rows == [("gpu-a", "vllm", "0.10.0", "installed", True, ""),
+                    ("gpu-a", "vllm", "0.9.1", "installed", False, ""),
+                    ("gpu-a", "llamacpp", "", "queued", False, started.job)]
+    h.disconnect("gpu-a")
+    with pytest.raises(ClusterConflict, match="gpu-a's agent is not connected"):
+        await api.install_engine("gpu-a", "vllm", "0.9.1", actor="ann")
+    with pytest.raises(ClusterNotFound):
+        await api.engines(node="gpu-z")

@@ -62,7 +62,7 @@ def node_lines(n: dict[str, Any]) -> list[str]:
 class NodesView(TableView):
     title = "Nodes"
     watches = ("nodes",)
-    columns = ("node", "state", "address", "gpus", "cores", "memory", "replicas", "agent")
+    columns = ("node", "state", "address", "gpus", "cores", "memory", "replicas", "agent", "engines")
 
     def caption_text(self) -> Any:
         nodes = self.model.data("nodes", [])
@@ -79,7 +79,8 @@ class NodesView(TableView):
             attr = None if n["state"] == "ready" else "warn"
             rows.append(Row(n["id"], (n["id"], n["state"], n["address"], gpus, str(n["cores"]),
                                       gib(n["memory_total_bytes"]), str(len(n["replicas"])),
-                                      n["agent_version"] or "-"), attr))
+                                      n["agent_version"] or "-",
+                                      ", ".join(f"{k} {v}" for k, v in sorted(n["engines"].items())) or "-"), attr))
         return rows
 
     def _node(self, node_id: str) -> dict[str, Any] | None:
