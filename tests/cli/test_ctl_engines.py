@@ -54,3 +54,12 @@ def test_engine_install_refuses_a_malformed_engine(capsys, live):
     code, _, err = ctl(capsys, "engine", "install", "gpu-a-01", "vllm==")
     assert code == 2 and "give an engine, like vllm or vllm==0.9.1" in err
     assert not live.cluster.calls
+
+
+def test_engine_install_no_follow_prints_the_job_and_returns(capsys, live):
+    code, out, err = ctl(capsys, "engine", "install", "gpu-a-02", "llamacpp", "--no-follow", "--json")
+    assert code == 0, err
+    started = json.loads(out)
+    assert (started["node"], started["engine"], started["version"]) == ("gpu-a-02", "llamacpp", "")
+    code, out, _ = ctl(capsys, "engine", "install", "gpu-a-02", "vllm", "--no-follow")
+    assert out == "gpu-a-02: installing vllm (the newest the index offers); job job-2\n"
