@@ -103,6 +103,7 @@ class AgentEvents(_Base):
             logs.event(log, "replica adopted", replica_id=rec.id, model=rec.model, node_id=node.id, state=rec.state)
             if shard.state == "ready":
                 self._ready(rec)
+        self._engines_back(node)  # an installation cut off by the disconnect is asked for again
         self.kick()
         return node
 
@@ -135,6 +136,7 @@ class AgentEvents(_Base):
 
     def node_disconnected(self, node_id: str, reason: str = "") -> None:
         self.inventory.disconnected(node_id, reason)
+        self._engines_cut_off(node_id, reason)
         self.kick()
 
     # ---------------------------------------------------------------- shard states

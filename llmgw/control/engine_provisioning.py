@@ -135,6 +135,28 @@ class EngineProvisioning(_Base):
                 self._state(rec.model).last_error = f"{node_id}: {msg.engine} could not be installed: {last}"
         self.kick()
 
+    def _engines_cut_off(self, node_id: str, reason: str) -> None:
+        """The node's agent went away while installing: its installations wait for it to come back."""
+        for engine, state in self.engine_states.get(node_id, {}).items():
+            if state.state not in ENDED:
+                why = reason or "no reason given"
+                state.step = f"the node's agent disconnected ({why}); asked again when it is back"
+                if state.job:
+                    self.observer.engine_install(node_id, state)
+
+    def _engines_back(self, node: Node) -> None:
+        """The node registered again: what it has now ends an installation it was doing, or it is asked again
+        (the agent answers at once when it has the engine, or goes on with it)."""
+        for engine, state in self.engine_states.get(node.id, {}).items():
+            if state.state in ENDED:
+                continue
+            if state.version and has_engine(node, engine, state.version):
+                state.state, state.step = "installed", "found installed when the node registered again"
+                if state.job:
+                    self.observer.engine_install(node.id, state)
+                continue
+            self._provision_due.add((node.id, engine))
+
     def _set_problems(self, node: Node, problems: dict[str, str]) -> None:
         """A new Node object, so placement's kept pass (which compares node objects) is made again."""
         self.inventory.replace(attrs.evolve(node, engine_problems=problems))

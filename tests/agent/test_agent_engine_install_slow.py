@@ -1,4 +1,5 @@
-"""The installer, for real: pip into a venv of its own from a package index served on 127.0.0.1."""
+"""The installer, for real: pip into a venv of its own from a package index served on 127.0.0.1 (with uv:
+test_agent_engine_install_uv_slow.py)."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def index(tmp_path):
 
 async def test_vllm_is_installed_from_the_index_and_then_advertised(tmp_path, index):
     engines_dir = tmp_path / "engines"
-    installer = EngineInstaller(engines_dir, index_url=index)
+    installer = EngineInstaller(engines_dir, index_url=index, uv="")  # pip, whether or not uv is on PATH
     steps: list[str] = []
     version, program = await installer.install("vllm", "", steps.append)
     assert version == "0.0.1" and program == str(engines_dir / "vllm" / "0.0.1" / "bin" / "python")
@@ -75,7 +76,7 @@ async def test_vllm_is_installed_from_the_index_and_then_advertised(tmp_path, in
 
 async def test_a_version_the_index_lacks_fails_in_pips_words_and_leaves_nothing(tmp_path, index):
     engines_dir = tmp_path / "engines"
-    installer = EngineInstaller(engines_dir, index_url=index)
+    installer = EngineInstaller(engines_dir, index_url=index, uv="")  # pip, whether or not uv is on PATH
     with pytest.raises(InstallError) as failed:
         await installer.install("vllm", "9.9.9")
     assert "No matching distribution found for vllm==9.9.9" in str(failed.value)

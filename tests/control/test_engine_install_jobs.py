@@ -169,3 +169,24 @@ async def test_the_admin_api_lists_engines_and_refuses_what_cannot_be_installed(
         await api.install_engine("gpu-a", "vllm", "0.9.1", actor="ann")
     with pytest.raises(ClusterNotFound):
         await api.engines(node="gpu-z")
+
+
+async def test_an_install_cut_off_by_a_disconnect_is_asked_again_when_the_node_is_back():
+    h = Harness([])
+    h.rec.observer = jobs = Jobs()
+    h.connect(node("gpu-a", installable=("vllm",)))
+    state = h.rec.install_engine("gpu-a", "vllm", "0.9.1", by="ann")
+    await h.tick()
+    (_, first), = h.agents.take(w.Provision)
+    h.disconnect("gpu-a")
+    job = jobs.get(state.job)
+    assert job.state == "running" and job.now == (
+        "the node's agent disconnected (gone); asked again when it is back")
+    h.connect(node("gpu-a", installable=("vllm",)))
+    await h.tick()
+    (_, again), = h.agents.take(w.Provision)
+    assert again.engines[0].request_id == first.engines[0].request_id  # the same request: its statuses match
+    # Back with the version installed meanwhile: the job ends there.
+    h.disconnect("gpu-a")
+    h.connect(node("gpu-a", "0.9.1", installable=("vllm",)))
+    assert job.state == "done" and "found installed when the node registered again" in job.now
