@@ -147,7 +147,7 @@ class SettingHistory:
 @attrs.frozen(kw_only=True)
 class SettingHistoryQuery:
     key: str | None = field("Only this setting's changes.", None)
-    limit: int = field("At most this many changes (1-1000).", 100)
+    limit: int = field("At most this many changes (1-1000).", 100, schema={"minimum": 1, "maximum": 1000})
 
 
 # ---------------------------------------------------------------- audit
@@ -184,7 +184,7 @@ class AuditQuery:
     action: str | None = field("Only this action; ending in * matches a prefix (models.*).", None)
     target: str | None = field("Only changes to this target, like model:qwen-small.", None)
     before_id: int | None = field("Only events older than this one (paging back).", None)
-    limit: int = field("At most this many events (1-1000).", 100)
+    limit: int = field("At most this many events (1-1000).", 100, schema={"minimum": 1, "maximum": 1000})
 
 
 # ---------------------------------------------------------------- usage
@@ -193,7 +193,8 @@ class AuditQuery:
 @attrs.frozen(kw_only=True)
 class UsageQuery:
     by: str = field("Group by org, team, project, user, key, model, or none.", "org")
-    period: str = field("One row per hour, day, month, or total for the whole span.", "total")
+    period: str = field("One row per hour, day, month, or total for the whole span.", "total",
+                        schema={"enum": ["hour", "day", "month", "total"]})
     since: str = field("From this time: 2026-09-01, an ISO 8601 time, or a span back like 24h.", "24h")
     until: str | None = field("Up to this time (same forms); default now.", None)
     scope: str | None = field("Only this part of the tree: org:NAME, team:ORG/TEAM, project:PATH, user:EMAIL, key:ID.",
@@ -203,7 +204,8 @@ class UsageQuery:
 @attrs.frozen(kw_only=True)
 class UsageExportQuery:
     by: str = field("Comma-separated groups among org, team, project, user, key, model; empty for none.", "project")
-    period: str = field("One row per hour, day, month, or total.", "day")
+    period: str = field("One row per hour, day, month, or total.", "day",
+                        schema={"enum": ["hour", "day", "month", "total"]})
     since: str = field("From this time: 2026-09-01, an ISO 8601 time, or a span back like 30d.", "30d", key="from")
     until: str | None = field("Up to this time (same forms); default now.", None, key="to")
     scope: str | None = field("Only this part of the tree, as for /usage.", None)

@@ -26,6 +26,13 @@ REMOVED = "[removed]"
 _SECRET_KEY = re.compile(r"secret|password|passwd|token|api_?key|private|credential|authorization", re.IGNORECASE)
 _MAX_TEXT = 1000
 _MAX_ITEMS = 100
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _printable(text: str) -> str:
+    """A target as the store keeps it: a control character a request put in a path is written as \\xNN."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
 
 __all__ = ["REMOVED", "VIAS", "AuditedStore", "record", "redact", "split_detail"]
 
@@ -70,9 +77,9 @@ async def record(
 
     await audit_journal.replay(store)
     try:
-        return await store.append_audit(actor, action, target[:500], detail)
+        return await store.append_audit(actor, action, _printable(target)[:500], detail)
     except Exception as exc:  # noqa: BLE001 - the audit must not turn a done change into an error
-        kept = audit_journal.keep(store, actor, action, target[:500], detail)
+        kept = audit_journal.keep(store, actor, action, _printable(target)[:500], detail)
         log.error("audit event not written to the store%s: %s", "; kept in the audit journal" if kept else "", exc,
                   extra={"fields": {"action": action, "target": target}})
         return None

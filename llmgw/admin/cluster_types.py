@@ -79,7 +79,7 @@ class NodeLabels:
 class NodeLogQuery:
     """Which of a node's logs to read, and how much of it."""
 
-    lines: int = field("How many of the last lines (1-5000).", 200)
+    lines: int = field("How many of the last lines (1-5000).", 200, schema={"minimum": 1, "maximum": 5000})
     replica: str = field("A replica's id: that replica's engine log on the node, instead of the agent's own.", "")
 
 
@@ -319,7 +319,8 @@ class JobList:
 class JobQuery:
     """Which jobs to list."""
 
-    state: str | None = field("Only jobs in this state: running, waiting, done or failed.", None)
+    state: str | None = field("Only jobs in this state: running, waiting, done or failed.", None,
+                              schema={"enum": ["running", "waiting", "done", "failed"]})
     model: str | None = field("Only this model's jobs.", None)
 
 

@@ -19,6 +19,7 @@ import attrs
 from aiohttp import web
 
 from llmgw.admin import audit
+from llmgw.admin.body_schema import check_body, check_query
 from llmgw.admin.convert import BadRequest, structure, unstructure
 from llmgw.admin.errors import error_response, refusal_of
 from llmgw.admin.state import ADMIN, Admin
@@ -110,7 +111,7 @@ def make_endpoint(route: Route) -> Callable[[web.Request], Awaitable[web.StreamR
                     via=request.get(VIA, "api"), params=params, target=_fill(route.target, params))
         call.fields = {**params, **{k: v for k, v in request.query.items()}}
         try:
-            call.query = read_query(request.query, route.query)
+            call.query = read_query(request.query, route.query, route)
             if route.request is not None:
                 raw = await read_json(request)
                 if isinstance(raw, dict):
@@ -118,6 +119,7 @@ def make_endpoint(route: Route) -> Callable[[web.Request], Awaitable[web.StreamR
                 if route.raw_body and not isinstance(raw, dict):
                     raise BadRequest(f"body: expected a JSON object, got {type(raw).__name__}")
                 call.body = raw if route.raw_body else structure(raw, route.request)
+                check_body(route, raw)  # and what the OpenAPI document refuses besides, the server refuses
             call.target = _fill(route.target, call.fields)
             result = await route.handler(call)
         except Exception as exc:  # noqa: BLE001 - every failure is answered as a refusal
@@ -175,7 +177,7 @@ _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
 
 
-def read_query(query: Mapping[str, str], cl: type | None) -> Any:
+def read_query(query: Mapping[str, str], cl: type | None, route: Route | None = None) -> Any:
     """The query string as an instance of `cl`; unknown or repeated parameters are refused."""
     if cl is None:
         if query:
@@ -191,7 +193,10 @@ def read_query(query: Mapping[str, str], cl: type | None) -> Any:
         if len(got) > 1:
             raise BadRequest(f"query: {name} given {len(got)} times; give it once")
         values[name] = _query_value(got[0], hints[fields[name].name], name)
-    return structure(values, cl, "query")
+    read = structure(values, cl, "query")
+    if route is not None:
+        check_query(route, values)  # and what the OpenAPI document refuses besides
+    return read
 
 
 def _query_value(text: str, tp: Any, name: str) -> Any:

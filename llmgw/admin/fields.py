@@ -43,11 +43,17 @@ def field(
     *,
     factory: Callable[[], Any] | None = None,
     key: str | None = None,
+    schema: dict[str, Any] | None = None,
 ) -> Any:
-    """An attrs field with a one-sentence description; no default makes it required."""
+    """An attrs field with a one-sentence description; no default makes it required.
+
+    `schema`: JSON Schema keywords that narrow the field (enum, minimum, maximum, pattern); the OpenAPI
+    document carries them and the server refuses a request that breaks them (llmgw.admin.body_schema)."""
     metadata: dict[str, Any] = {"doc": doc}
     if key is not None:
         metadata["key"] = key
+    if schema:
+        metadata["schema"] = dict(schema)
     if factory is not None:
         return attrs.field(factory=factory, metadata=metadata)
     return attrs.field(default=default, metadata=metadata)

@@ -92,6 +92,12 @@ class SchemaRegistry:
         for f in attrs.fields(cl):
             key = yaml_key(f)
             schema = dict(self.of(hints.get(f.name, f.type), strict))
+            narrower = f.metadata.get("schema")
+            if narrower:  # field(schema=...): documented here, enforced by llmgw.admin.body_schema
+                schema.update(narrower)
+                kind = schema.get("type")
+                if "enum" in narrower and isinstance(kind, list) and "null" in kind:
+                    schema["enum"] = [*narrower["enum"], None]
             doc = doc_of(f)
             if doc:
                 schema["description"] = doc
@@ -172,6 +178,7 @@ def _operation(route: Any, registry: SchemaRegistry) -> dict[str, Any]:
             schema = registry.of(hints.get(f.name, f.type), strict=True)
             if "anyOf" in schema or isinstance(schema.get("type"), list):
                 schema = registry.of([a for a in typing.get_args(hints[f.name]) if a is not type(None)][0], True)
+            schema = {**schema, **f.metadata.get("schema", {})}  # field(schema=...), enforced by body_schema
             param = {"name": yaml_key(f), "in": "query", "description": doc_of(f), "schema": schema}
             default = _default(f)
             if f.default is attrs.NOTHING:

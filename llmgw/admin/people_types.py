@@ -67,8 +67,9 @@ class UserList:
 
 @attrs.frozen(kw_only=True)
 class UserQuery:
-    state: str | None = field("Only people in this state: active, pending or suspended.", None)
-    role: str | None = field("Only people with this staff role.", None)
+    state: str | None = field("Only people in this state: active, pending or suspended.", None,
+                              schema={"enum": ["active", "pending", "suspended"]})
+    role: str | None = field("Only people with this staff role.", None, schema={"enum": ["none", "viewer", "operator", "billing", "admin"]})
 
 
 @attrs.frozen(kw_only=True)
@@ -77,8 +78,8 @@ class UserCreate:
 
     email: str = field("Their email; unique.")
     name: str = field("Their name; default the email's local part.", "")
-    role: str = field("Their staff role: none, viewer, operator, billing or admin.", "none")
-    state: str = field("active, or pending to wait for approval.", "active")
+    role: str = field("Their staff role: none, viewer, operator, billing or admin.", "none", schema={"enum": ["none", "viewer", "operator", "billing", "admin"]})
+    state: str = field("active, or pending to wait for approval.", "active", schema={"enum": ["active", "pending"]})
 
 
 @attrs.frozen(kw_only=True)
@@ -101,18 +102,19 @@ class UserDetail:
 
 @attrs.frozen(kw_only=True)
 class UserState:
-    state: str = field("active (reinstate or approve) or suspended (their keys stop working).")
+    state: str = field("active (reinstate or approve) or suspended (their keys stop working).",
+                       schema={"enum": ["active", "suspended"]})
 
 
 @attrs.frozen(kw_only=True)
 class UserRole:
-    role: str = field("none, viewer, operator, billing or admin.")
+    role: str = field("none, viewer, operator, billing or admin.", schema={"enum": ["none", "viewer", "operator", "billing", "admin"]})
 
 
 @attrs.frozen(kw_only=True)
 class MemberAdd:
     path: str = field("The organization, team or project.")
-    role: str = field("member or owner.", "member")
+    role: str = field("member or owner.", "member", schema={"enum": ["member", "owner"]})
 
 
 @attrs.frozen(kw_only=True)

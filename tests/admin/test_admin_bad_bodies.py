@@ -59,6 +59,10 @@ async def test_a_body_the_document_refuses_the_server_refuses(admin, route):
             bad_bodies.append(f'{{"{name}": "not a {kind}"}}'.encode())
         elif kind == "array":
             bad_bodies.append(f'{{"{name}": 7}}'.encode())
+        if "enum" in prop:
+            bad_bodies.append(f'{{"{name}": "no-such-choice"}}'.encode())
+        if "minimum" in prop:
+            bad_bodies.append(f'{{"{name}": {prop["minimum"] - 1}}}'.encode())
     if schema.get("additionalProperties") is False:
         bad_bodies.append(b'{"no_such_field_anywhere": 1}')
     for raw in bad_bodies:
@@ -67,3 +71,32 @@ async def test_a_body_the_document_refuses_the_server_refuses(admin, route):
         answer = await resp.json()
         assert resp.status == 400, (raw[:60], resp.status, answer)
         assert set(answer) <= {"error", "problems"}, answer
+
+
+QUERY_NARROWED = [(r, p) for r in ROUTES for p in openapi_document()["paths"][r.full_path][r.method.lower()]
+                  .get("parameters", []) if isinstance(p, dict) and p.get("in") == "query"
+                  and ("enum" in p["schema"] or "minimum" in p["schema"] or "maximum" in p["schema"])]
+
+
+def test_narrowed_query_parameters_are_there():
+    assert len(QUERY_NARROWED) >= 5
+
+
+@pytest.mark.parametrize(("route", "param"), QUERY_NARROWED,
+                         ids=[f"{r.method} {r.path} ?{p['name']}" for r, p in QUERY_NARROWED])
+async def test_a_query_value_the_document_refuses_the_server_refuses(admin, route, param):
+    schema = param["schema"]
+    bad = "no-such-choice" if "enum" in schema else (
+        schema["minimum"] - 1 if "minimum" in schema else schema["maximum"] + 1)
+    resp = await admin.client.request(route.method, "/api/v1" + _path(route), params={param["name"]: str(bad)},
+                                      headers=AUTH)
+    answer = await resp.json()
+    assert resp.status == 400 and answer["error"].startswith(param["name"] + ":"), answer
+
+
+async def test_a_refused_change_whose_path_holds_a_newline_is_still_audited(admin):
+    resp = await admin.client.request("POST", "/api/v1/users/ann%0Aroot/role", json={"role": "admin"},
+                                      headers={**AUTH, "Content-Type": "application/json"})
+    assert 400 <= resp.status < 500
+    events = (await admin.call("GET", "/audit?limit=5"))["events"]
+    assert any("ann\\x0aroot" in e["target"] and e["outcome"] == "refused" for e in events), events
