@@ -68,7 +68,10 @@ def _follow(args: argparse.Namespace, client: AdminClient) -> int:
     try:
         while True:
             for step in job["steps"][shown:]:
-                print(f"  {_clock(step['at'])}  {step['text']}")
+                first, *more = step["text"].splitlines() or [""]
+                print(f"  {_clock(step['at'])}  {first}")
+                for line in more:  # an installer's own lines, under the step that quotes them
+                    print(f"            {line}")
                 now = step["text"]
             shown = len(job["steps"])
             if job["state"] in ACTIVE and args.no_follow:
