@@ -152,6 +152,21 @@ def test_a_node_with_vllm_0_9_1_advertises_it_and_serves_the_model_pinning_it(tm
         assert ["node-1", "vllm", "0.10.0", "installed", str(tmp_path / "engines/vllm/0.10.0/bin/python3"),
                 "(default)"] in rows
 
+        # A model added at run time pins a version as one in server.yaml does; a bad one changes nothing.
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("name: other\nengine: vllm\nengine_version: 0.9 1\nprofiles: [{name: gpu, gpus: 1}]\n")
+        code, _, err = ctl(capsys, "model", "add", str(bad))
+        assert code != 0 and "engine_version: '0.9 1' is not a version (like 0.9.1)" in err
+        code, out, _ = ctl(capsys, "models", "--json")
+        assert [m["name"] for m in json.loads(out)["models"]] == ["qwen"]
+        pinned = tmp_path / "pinned.yaml"
+        pinned.write_text("name: older\nengine: vllm\nengine_version: 0.8.5\nprofiles: [{name: gpu, gpus: 1}]\n"
+                          "scaling: {min: 0, max: 1}\n")
+        code, _, err = ctl(capsys, "model", "add", str(pinned))
+        assert code == 0, err
+        code, out, _ = ctl(capsys, "models", "older", "--json")
+        assert json.loads(out)["spec"]["engine_version"] == "0.8.5"
+
 
 def test_ctl_engine_install_has_the_node_install_vllm_from_the_mirror_then_advertise_it(tmp_path, monkeypatch,
                                                                                        capsys):
