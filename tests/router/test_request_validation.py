@@ -186,3 +186,18 @@ async def test_a_body_that_stalls_is_a_408_after_the_body_timeout(sim, gateway):
     writer.close()
     (row,) = await gw.settle(1)
     assert (row.status, row.outcome) == (408, "refused")
+
+
+async def test_the_messages_docs_gateway_md_shows(sim, gateway, http):
+    engine = await sim(models=["m"])
+    gw = await gateway([model("m", engine)])
+    for change, message in [
+        ({"temperature": 2.5}, "temperature: must be at most 2, got 2.5"),
+        ({"messages": [{"role": "robot", "content": "hi"}]},
+         "messages[0].role: must be one of 'system', 'developer', 'user', 'assistant', 'tool', 'function', "
+         "got 'robot'"),
+    ]:
+        async with http.post(gw.base_url + "/chat/completions", json={"model": "m", "messages": HELLO, **change}) as r:
+            error = (await r.json())["error"]
+            assert (error["message"], error["code"]) == (message, "invalid_value")
+    assert "llmgw_http_errors_total" in gw.metrics.exposition().decode()
