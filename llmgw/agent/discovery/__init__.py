@@ -25,7 +25,7 @@ from .disk import DEFAULT_PATHS, DiskInfo, read_disks
 from .fabric import Fabric, GpuNvLinks, IbPort, fabric_ids, nvlink_topology, read_infiniband
 # The class function is not re-exported: it would hide the gpu_class module.
 from .gpu_class import is_mig_class, mig_class
-from .gpus import DEGRADED, FAILED, OK, Gpu, GpuSensors, MigInstance, add_findings, assess_health
+from .gpus import DEGRADED, FAILED, HOT_C, OK, Gpu, GpuSensors, MigInstance, add_findings, assess_health
 from .host import NetAddress, addresses, hostname
 from .memory import MemoryInfo, available_bytes, read_memory
 from .nvidia_smi import Runner, SmiError, SmiMissing, read_smi, run_nvidia_smi, sample_smi
@@ -92,14 +92,14 @@ class _GpuResult:
     errors: tuple[str, ...] = ()
 
 
-async def _gpus(nvml: Any, smi_runner: Runner | None, source: str) -> _GpuResult:
+async def _gpus(nvml: Any, smi_runner: Runner | None, source: str, hot_c: float) -> _GpuResult:
     loop = asyncio.get_running_loop()
     tried: list[str] = []
     errors: list[str] = []
     if source in ("auto", "nvml"):
         module = nvml if nvml is not None else await loop.run_in_executor(None, load_pynvml)
         try:
-            report = await loop.run_in_executor(None, read_nvml, module)
+            report = await loop.run_in_executor(None, read_nvml, module, hot_c)
         except NvmlUnavailable as e:
             tried.append(f"NVML: {e}")
             if not e.quiet:
@@ -113,7 +113,7 @@ async def _gpus(nvml: Any, smi_runner: Runner | None, source: str) -> _GpuResult
                               report.driver_version, topology, tuple(errors) + report.errors)
     if source in ("auto", "nvidia-smi"):
         try:
-            smi = await read_smi(smi_runner or run_nvidia_smi)
+            smi = await read_smi(smi_runner or run_nvidia_smi, hot_c)
         except SmiMissing as e:
             tried.append(f"nvidia-smi: {e}")
         except (SmiError, OSError) as e:
@@ -183,6 +183,7 @@ async def discover(
     sys: str = "/sys",
     cgroup_root: str = "/sys/fs/cgroup",
     kernel_log: Any = None,
+    hot_c: float = HOT_C,
 ) -> Inventory:
     """Everything this node has.
 
@@ -193,13 +194,14 @@ async def discover(
     proc, sys, cgroup_root: where the kernel's files are, for recorded copies.
     kernel_log: the kernel log's text, or a coroutine function giving it (default: dmesg), read for
     XID errors when there are GPUs.
+    hot_c: the temperature (°C) from which a card is degraded (agent.yaml gpu_degraded_temperature_c).
     """
     if source not in ("auto", "nvml", "nvidia-smi"):
         raise ValueError(f"source: expected auto, nvml or nvidia-smi, got {source!r}")
     loop = asyncio.get_running_loop()
     host, gpus = await asyncio.gather(
         loop.run_in_executor(None, _host, paths if paths is not None else DEFAULT_PATHS, proc, sys, cgroup_root),
-        _gpus(nvml, smi_runner, source),
+        _gpus(nvml, smi_runner, source, hot_c),
     )
     cards = gpus.gpus
     if cards:
@@ -239,13 +241,14 @@ async def sample_sensors(
     cgroup_root: str = "/sys/fs/cgroup",
     kernel_log: Any = None,
     bus_ids: Mapping[int, str] | None = None,
+    hot_c: float = HOT_C,
 ) -> Sensors:
     """The fast-changing readings, for a heartbeat: GPU heat, power, load, memory and health.
 
     Same sources as discover(), tried in the same order. Each call opens
     and closes NVML; a heartbeat every few seconds can afford that.
     bus_ids: each card's PCI address by index (from discover()), to match
-    the kernel log's XID lines to cards; without them XIDs are not read.
+    the kernel log's XID lines to cards; without them XIDs are not read. hot_c: as for discover().
     """
     loop = asyncio.get_running_loop()
     errors: list[str] = []
@@ -254,7 +257,7 @@ async def sample_sensors(
     if source in ("auto", "nvml"):
         module = nvml if nvml is not None else await loop.run_in_executor(None, load_pynvml)
         try:
-            gpus, errs = await loop.run_in_executor(None, sample_nvml, module)
+            gpus, errs = await loop.run_in_executor(None, sample_nvml, module, hot_c)
             used = "nvml"
             errors.extend(errs)
         except NvmlUnavailable as e:
@@ -264,7 +267,7 @@ async def sample_sensors(
             errors.append(f"NVML failed unexpectedly: {e!r}")
     if used == "none" and source in ("auto", "nvidia-smi"):
         try:
-            gpus, notes = await sample_smi(smi_runner or run_nvidia_smi)
+            gpus, notes = await sample_smi(smi_runner or run_nvidia_smi, hot_c)
             used = "nvidia-smi"
             errors.extend(notes)
         except SmiMissing:

@@ -75,6 +75,7 @@ class MigInstance:
     memory_used_mib: int | None = None
     gpu_instance_id: int | None = None  #: as `nvidia-smi mig -lgi` lists it
     compute_instance_id: int | None = None  #: as `nvidia-smi mig -lci` lists it
+    placement: str = ""  #: the GPU instance's memory slices as "start:size" (`nvidia-smi mig -lgi`); "": not read
 
 
 @attrs.frozen(kw_only=True)
@@ -154,13 +155,15 @@ def assess_health(
     row_remap_pending: bool | None = None,
     row_remap_failure: bool | None = None,
     extra: Iterable[tuple[str, str]] = (),
+    hot_c: float = HOT_C,
 ) -> tuple[str, tuple[str, ...]]:
     """The health of a card from its readings: (status, reasons).
 
     failed: do not place work here; a person has to look (memory errors,
     no spare rows, a card the driver lost). degraded: it runs, slower or
     waiting for a reset; place elsewhere first. `extra` adds findings a
-    source made itself, as (status, reason).
+    source made itself, as (status, reason). `hot_c`: the temperature from which a card is degraded
+    (agent.yaml gpu_degraded_temperature_c).
     """
     found: list[tuple[str, str]] = []
     if ecc_uncorrected_volatile:
@@ -175,8 +178,8 @@ def assess_health(
     hot = sorted(set(throttle_reasons) & THERMAL_THROTTLE)
     if hot:
         found.append((DEGRADED, f"clocks held down ({', '.join(hot)}): check the card's cooling and power"))
-    if temperature_c is not None and temperature_c >= HOT_C:
-        found.append((DEGRADED, f"running at {temperature_c:g} °C (warning from {HOT_C:g} °C)"))
+    if temperature_c is not None and temperature_c >= hot_c:
+        found.append((DEGRADED, f"running at {temperature_c:g} °C (warning from {hot_c:g} °C)"))
     found.extend(extra)
     if not found:
         return OK, ()
@@ -184,7 +187,8 @@ def assess_health(
     return status, tuple(reason for _, reason in found)
 
 
-def with_health(gpu: Gpu, extra: Iterable[tuple[str, str]] = (), *, mig_listed: bool = True) -> Gpu:
+def with_health(gpu: Gpu, extra: Iterable[tuple[str, str]] = (), *, mig_listed: bool = True,
+                hot_c: float = HOT_C) -> Gpu:
     """The card with its health judged from its own readings (and `extra`).
 
     `mig_listed` is False when the source could not ask for MIG instances,
@@ -202,11 +206,12 @@ def with_health(gpu: Gpu, extra: Iterable[tuple[str, str]] = (), *, mig_listed: 
         row_remap_pending=gpu.row_remap_pending,
         row_remap_failure=gpu.row_remap_failure,
         extra=extra,
+        hot_c=hot_c,
     )
     return attrs.evolve(gpu, health=status, health_reasons=reasons)
 
 
-def sensors_with_health(s: GpuSensors, extra: Iterable[tuple[str, str]] = ()) -> GpuSensors:
+def sensors_with_health(s: GpuSensors, extra: Iterable[tuple[str, str]] = (), *, hot_c: float = HOT_C) -> GpuSensors:
     """A sensor reading with its health judged by the same rules as discovery."""
     status, reasons = assess_health(
         temperature_c=s.temperature_c,
@@ -216,6 +221,7 @@ def sensors_with_health(s: GpuSensors, extra: Iterable[tuple[str, str]] = ()) ->
         row_remap_pending=s.row_remap_pending,
         row_remap_failure=s.row_remap_failure,
         extra=extra,
+        hot_c=hot_c,
     )
     return attrs.evolve(s, health=status, health_reasons=reasons)
 
@@ -232,11 +238,11 @@ def add_findings(reading, findings: Iterable[tuple[str, str]]):
 
 def make_mig_instance(card_class: str, *, device: int, uuid: str, profile: str, memory_total_mib: int,
                       memory_used_mib: int | None = None, gpu_instance_id: int | None = None,
-                      compute_instance_id: int | None = None) -> MigInstance:
+                      compute_instance_id: int | None = None, placement: str = "") -> MigInstance:
     """A MigInstance with its class derived from its card's."""
     return MigInstance(
         device=device, uuid=uuid, profile=profile, gpu_class=mig_class(card_class, profile),
         memory_total_mib=memory_total_mib, memory_used_mib=memory_used_mib,
-        gpu_instance_id=gpu_instance_id, compute_instance_id=compute_instance_id,
+        gpu_instance_id=gpu_instance_id, compute_instance_id=compute_instance_id, placement=placement,
     )
 

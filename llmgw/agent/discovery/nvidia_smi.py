@@ -1,7 +1,10 @@
 """GPU discovery through nvidia-smi, for nodes where NVML cannot be loaded.
 
 `nvidia-smi --query-gpu=… --format=csv,noheader,nounits` gives one line a
-card; `nvidia-smi -L` names the MIG instances. A field the card does not
+card; `nvidia-smi -L` names the MIG instances, and `nvidia-smi mig -lgi` and
+`-lci` say which GPU and compute instance each is (smi_mig.py);
+`--query-compute-apps` says which processes hold memory on which card, so
+the agent can tell its engines' memory from others'. A field the card does not
 have reads `[N/A]` or `[Not Supported]` and becomes None. A field the driver
 does not know fails the whole query ('Field "x" is not a valid field to
 query.'), so such a field is swapped for its older name or dropped, and the
@@ -24,8 +27,9 @@ from typing import Awaitable, Callable, Sequence
 import attrs
 
 from .gpu_class import gpu_class, mig_profile_memory_gb
+from .smi_mig import Paired, pair_instances, parse_compute_instances, parse_gpu_instances
 from .gpus import (
-    DEGRADED, FAILED, Gpu, GpuSensors, MigInstance, make_mig_instance, normalise_bus_id, sensors_with_health,
+    DEGRADED, FAILED, HOT_C, Gpu, GpuSensors, MigInstance, make_mig_instance, normalise_bus_id, sensors_with_health,
     throttle_names, with_health,
 )
 
@@ -244,17 +248,48 @@ def _sensor_fields(row: dict[str, str | None]) -> dict:
 _LOST_REASON = (FAILED, "nvidia-smi says this GPU is lost or needs a reset: reset it or reboot the node")
 
 
-def _instances(card_class: str, listed: list[ListedMig]) -> tuple[MigInstance, ...]:
+def _instances(card_class: str, listed: list[ListedMig], paired: list[Paired]) -> tuple[MigInstance, ...]:
     # -L does not size an instance: its profile does, nominally ("3g.20gb": 20 GB).
     return tuple(
         make_mig_instance(card_class, device=m.device, uuid=m.uuid, profile=m.profile,
-                          memory_total_mib=(mig_profile_memory_gb(m.profile) or 0) * 1024)
-        for m in listed
+                          memory_total_mib=(mig_profile_memory_gb(m.profile) or 0) * 1024,
+                          gpu_instance_id=p.gpu_instance_id, compute_instance_id=p.compute_instance_id,
+                          placement=p.placement)
+        for m, p in zip(listed, paired)
     )
 
 
-async def read_smi(runner: Runner) -> SmiReport:
-    """Every card nvidia-smi lists, with MIG instances from `-L`.
+async def _mig_listing(runner: Runner, what: str, errors: list[str]) -> str | None:
+    """`nvidia-smi mig -lgi` or `-lci`; None, with a note, when it fails (the instances are still known by -L)."""
+    try:
+        return await _run(runner, ["mig", what])
+    except SmiMissing:
+        raise
+    except SmiError as e:
+        errors.append(f"nvidia-smi mig {what}: {e} (MIG devices are known by UUID and profile, "
+                      "without their instance ids)")
+        return None
+
+
+async def _paired(runner: Runner, listed: dict[int, list[ListedMig]], errors: list[str]) -> dict[int, list[Paired]]:
+    """Each listed MIG device's GPU and compute instance, by card."""
+    if not listed:
+        return {}
+    gi_text = await _mig_listing(runner, "-lgi", errors)
+    ci_text = await _mig_listing(runner, "-lci", errors) if gi_text is not None else None
+    if gi_text is None or ci_text is None:
+        return {card: [Paired()] * len(devices) for card, devices in listed.items()}
+    gis, cis = parse_gpu_instances(gi_text), parse_compute_instances(ci_text)
+    out = {}
+    for card, devices in listed.items():
+        out[card], notes = pair_instances(card, [(m.device, m.profile) for m in devices], gis, cis)
+        errors.extend(notes)
+    return out
+
+
+async def read_smi(runner: Runner, hot_c: float = HOT_C) -> SmiReport:
+    """Every card nvidia-smi lists, with MIG instances from `-L` and their instance ids from `mig -lgi`/`-lci`.
+    `hot_c`: see assess_health.
 
     Raises SmiMissing when there is no nvidia-smi, SmiError when it fails.
     """
@@ -267,6 +302,7 @@ async def read_smi(runner: Runner) -> SmiReport:
         except SmiError as e:
             list_error = str(e)
             errors.append(f"nvidia-smi -L: {e}")
+    paired = await _paired(runner, listed, errors)
     gpus = []
     for row in rows:
         index = _int(row.get("index"))
@@ -287,25 +323,77 @@ async def read_smi(runner: Runner) -> SmiReport:
             driver_version=row.get("driver_version"),
             mig_enabled=mig_enabled,
             mig_pending_enabled=_bool(row.get("mig_pending"), "enabled"),
-            mig_instances=_instances(cls, listed.get(index, [])) if mig_enabled else (),
+            mig_instances=_instances(cls, listed.get(index, []), paired.get(index, [])) if mig_enabled else (),
             **_sensor_fields(row),
         )
         extra = [_LOST_REASON] if row.get("_lost") else []
         if mig_enabled and list_error:
             extra.append((DEGRADED, "MIG is enabled but nvidia-smi -L could not list the instances, "
                                     "so none can be given to an engine"))
-        gpus.append(with_health(gpu, extra, mig_listed=list_error is None))
+        gpus.append(with_health(gpu, extra, mig_listed=list_error is None, hot_c=hot_c))
     return SmiReport(gpus=tuple(gpus), errors=tuple(errors))
 
 
-async def sample_smi(runner: Runner) -> tuple[tuple[GpuSensors, ...], tuple[str, ...]]:
-    """Each card's fast-changing readings from one nvidia-smi query."""
-    rows, notes = await query(runner, SENSOR_KEYS)
+# --- nvidia-smi --query-compute-apps ------------------------------------------------
+
+APPS_QUERY = ["--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
+_MIB = 1 << 20
+
+
+def parse_compute_apps(text: str) -> list[tuple[int, str, int | None]]:
+    """`--query-compute-apps=pid,gpu_uuid,used_memory` as (pid, the device's UUID, bytes or None) rows.
+
+    used_memory is in MiB; "[N/A]" (a driver that cannot attribute it) is None, never 0."""
     out = []
-    for row in rows:
-        index = _int(row.get("index"))
-        if index is None:
+    for cells in csv.reader(text.splitlines(), skipinitialspace=True):
+        if len(cells) != 3:
+            continue  # "No running processes found", or a blank line
+        pid, uuid, used = (c.strip() for c in cells)
+        if not pid.isdigit():
             continue
-        s = GpuSensors(index=index, uuid=row.get("uuid") or "", **_sensor_fields(row))
-        out.append(sensors_with_health(s, [_LOST_REASON] if row.get("_lost") else []))
+        mib = _int(_value(used))
+        out.append((int(pid), uuid, mib * _MIB if mib is not None else None))
+    return out
+
+
+async def _processes(runner: Runner, uuids: dict[str, int], notes: list[str]
+                     ) -> dict[int, tuple[tuple[int, int | None], ...]] | None:
+    """The compute processes on each card, by index; None when nvidia-smi cannot list them.
+
+    A process on a MIG instance may be listed under the instance's UUID: -L says whose card that is."""
+    try:
+        apps = parse_compute_apps(await _run(runner, APPS_QUERY))
+    except SmiMissing:
+        raise
+    except SmiError as e:
+        notes.append(f"nvidia-smi --query-compute-apps: {e} (memory other processes hold is not told apart)")
+        return None
+    by_uuid = dict(uuids)
+    if any(u not in by_uuid and u.startswith("MIG-") for _, u, _ in apps):
+        try:
+            for card, instances in parse_list(await _run(runner, ["-L"])).items():
+                by_uuid.update({m.uuid: card for m in instances})
+        except SmiError as e:
+            notes.append(f"nvidia-smi -L: {e}")
+    out: dict[int, list[tuple[int, int | None]]] = {i: [] for i in uuids.values()}
+    for pid, uuid, used in apps:
+        card = by_uuid.get(uuid)
+        if card is None:
+            notes.append(f"nvidia-smi lists process {pid} on {uuid}, which is no card it lists")
+            continue
+        out[card].append((pid, used))
+    return {card: tuple(procs) for card, procs in out.items()}
+
+
+async def sample_smi(runner: Runner, hot_c: float = HOT_C) -> tuple[tuple[GpuSensors, ...], tuple[str, ...]]:
+    """Each card's fast-changing readings from one nvidia-smi query, with the processes holding its memory."""
+    rows, notes = await query(runner, SENSOR_KEYS)
+    cards = [(index, row) for row in rows if (index := _int(row.get("index"))) is not None]
+    procs = await _processes(runner, {row.get("uuid") or "": index for index, row in cards if row.get("uuid")},
+                             notes) if cards else None
+    out = []
+    for index, row in cards:
+        s = GpuSensors(index=index, uuid=row.get("uuid") or "", **_sensor_fields(row),
+                       processes=procs.get(index) if procs is not None else None)
+        out.append(sensors_with_health(s, [_LOST_REASON] if row.get("_lost") else [], hot_c=hot_c))
     return tuple(out), tuple(notes)

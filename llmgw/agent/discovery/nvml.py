@@ -22,7 +22,7 @@ import attrs
 from .fabric import RawLink
 from .gpu_class import gpu_class, mig_profile, mig_profile_memory_gb
 from .gpus import (
-    FAILED, Gpu, GpuSensors, MigInstance, make_mig_instance, normalise_bus_id, sensors_with_health,
+    FAILED, HOT_C, Gpu, GpuSensors, MigInstance, make_mig_instance, normalise_bus_id, sensors_with_health,
     throttle_names, with_health,
 )
 
@@ -262,7 +262,7 @@ def _nvlinks(r: _Reader, h: Any, where: str) -> tuple[RawLink, ...]:
     return tuple(links)
 
 
-def _read_card(r: _Reader, index: int, h: Any, driver: str | None) -> tuple[Gpu, tuple[RawLink, ...]]:
+def _read_card(r: _Reader, index: int, h: Any, driver: str | None, hot_c: float) -> tuple[Gpu, tuple[RawLink, ...]]:
     where = f"GPU {index}: "
     r.lost = None
     name = _text(r.get("name", "nvmlDeviceGetName", h, where=where) or "unknown")
@@ -290,7 +290,7 @@ def _read_card(r: _Reader, index: int, h: Any, driver: str | None) -> tuple[Gpu,
     )
     links = _nvlinks(r, h, where)
     extra = [(FAILED, f"the driver has lost this GPU ({r.lost}): it needs a reset or the node a reboot")] if r.lost else []
-    return with_health(gpu, extra), links
+    return with_health(gpu, extra, hot_c=hot_c), links
 
 
 def _unopened(index: int, error: str, driver: str | None) -> Gpu:
@@ -301,8 +301,8 @@ def _unopened(index: int, error: str, driver: str | None) -> Gpu:
     )
 
 
-def read_nvml(nvml: Any) -> NvmlReport:
-    """Every card NVML sees, fully read. Blocking: run it in an executor.
+def read_nvml(nvml: Any, hot_c: float = HOT_C) -> NvmlReport:
+    """Every card NVML sees, fully read. Blocking: run it in an executor. `hot_c`: see assess_health.
 
     Raises NvmlUnavailable when NVML cannot be used at all.
     """
@@ -317,7 +317,7 @@ def read_nvml(nvml: Any) -> NvmlReport:
             if h is None:
                 gpus.append(_unopened(index, err or "", driver))
                 continue
-            gpu, links = _read_card(r, index, h, driver)
+            gpu, links = _read_card(r, index, h, driver, hot_c)
             gpus.append(gpu)
             if links:
                 nvlinks[index] = links
@@ -326,7 +326,7 @@ def read_nvml(nvml: Any) -> NvmlReport:
         _shutdown(nvml)
 
 
-def sample_nvml(nvml: Any) -> tuple[tuple[GpuSensors, ...], tuple[str, ...]]:
+def sample_nvml(nvml: Any, hot_c: float = HOT_C) -> tuple[tuple[GpuSensors, ...], tuple[str, ...]]:
     """Each card's fast-changing readings, and what could not be read. Blocking."""
     _init(nvml)
     try:
@@ -342,7 +342,7 @@ def sample_nvml(nvml: Any) -> tuple[tuple[GpuSensors, ...], tuple[str, ...]]:
             uuid = _text(r.get("UUID", "nvmlDeviceGetUUID", h, where=where) or "")
             s = GpuSensors(index=index, uuid=uuid, processes=_processes(r, h, where), **_sensors(r, h, where))
             extra = [(FAILED, f"the driver has lost this GPU ({r.lost})")] if r.lost else []
-            out.append(sensors_with_health(s, extra))
+            out.append(sensors_with_health(s, extra, hot_c=hot_c))
         return tuple(out), tuple(r.errors)
     finally:
         _shutdown(nvml)

@@ -8,7 +8,9 @@ pynvml (or driver) does not have; "init_error" makes nvmlInit fail.
 The nvidia-smi fixtures (data/smi_*.csv) are `--query-gpu` output with a
 "# fields:" line saying which fields were recorded; the fake answers any
 query for a subset of them, in the order asked, and refuses a field it does
-not have the way nvidia-smi does.
+not have the way nvidia-smi does. Beside them: `-L` (*.L.txt), `nvidia-smi mig
+-lgi` and `-lci` (*.lgi.txt, *.lci.txt) and `--query-compute-apps` output
+(*.apps.csv); lines starting "#" are the fixture's notes, not output.
 """
 
 from __future__ import annotations
@@ -220,13 +222,25 @@ def load_recording(name: str) -> dict[str, Any]:
         return json.load(f)
 
 
-class FakeSmi:
-    """nvidia-smi answering from recordings: `query` for --query-gpu, `listing` for -L."""
+def _output(text: str | None) -> str | None:
+    """A fixture's text without its "#" notes."""
+    if text is None:
+        return None
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
 
-    def __init__(self, query: str | None, listing: str | None = None, *, fail: str | None = None):
+
+class FakeSmi:
+    """nvidia-smi answering from recordings: `query` for --query-gpu, `listing` for -L, `lgi`/`lci` for
+    `mig -lgi`/`-lci` (failing as a driver does when they are None), `apps` for --query-compute-apps
+    (none running when None)."""
+
+    def __init__(self, query: str | None, listing: str | None = None, *, fail: str | None = None,
+                 lgi: str | None = None, lci: str | None = None, apps: str | None = None):
         self.fields: list[str] = []
         self.rows: list[list[str]] = []
-        self.listing = listing
+        self.listing = _output(listing)
+        self.mig = {"-lgi": _output(lgi), "-lci": _output(lci)}
+        self.apps = _output(apps) or ""
         self.fail = fail
         self.calls: list[list[str]] = []
         for line in (query or "").splitlines():
@@ -243,6 +257,14 @@ class FakeSmi:
             if self.listing is None:
                 raise SmiError("nvidia-smi -L exited with 255: Unknown Error")
             return self.listing
+        if args[:1] == ["mig"]:
+            out = self.mig.get(args[1])
+            if out is None:
+                raise SmiError(f"nvidia-smi mig exited with 4: Failed to display {args[1]}: Insufficient Permissions")
+            return out
+        if args[0].startswith("--query-compute-apps="):
+            assert args == ["--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
+            return self.apps
         (q,) = [a for a in args if a.startswith("--query-gpu=")]
         assert "--format=csv,noheader,nounits" in args
         wanted = q.split("=", 1)[1].split(",")
@@ -279,19 +301,20 @@ def fake_nvml() -> Callable[[str | dict[str, Any]], FakeNvml]:
 
 @pytest.fixture
 def fake_smi() -> Callable[..., FakeSmi]:
-    """fake_smi("smi_h100x8.csv", listing="smi_a100x2_mig.L.txt", text=None): an nvidia-smi stand-in."""
+    """fake_smi("smi_h100x8.csv", listing="smi_a100x2_mig.L.txt", text=None, lgi=…, lci=…, apps=…): an
+    nvidia-smi stand-in; each of listing, lgi, lci and apps names a file in data/."""
+
+    def read(name: str | None) -> str | None:
+        if not name:
+            return None
+        with open(os.path.join(DATA, name)) as f:
+            return f.read()
 
     def make(name: str | None = None, listing: str | None = None, *, text: str | None = None,
-             fail: str | None = None) -> FakeSmi:
-        query = text
-        if name:
-            with open(os.path.join(DATA, name)) as f:
-                query = f.read()
-        listed = None
-        if listing:
-            with open(os.path.join(DATA, listing)) as f:
-                listed = f.read()
-        return FakeSmi(query, listed, fail=fail)
+             fail: str | None = None, lgi: str | None = None, lci: str | None = None,
+             apps: str | None = None) -> FakeSmi:
+        return FakeSmi(read(name) if name else text, read(listing), fail=fail, lgi=read(lgi), lci=read(lci),
+                       apps=read(apps))
 
     return make
 

@@ -27,7 +27,8 @@ async def test_nvml_is_used_where_it_works(fake_nvml, fake_smi, tmp_path) -> Non
 
 async def test_nvidia_smi_is_the_fallback_when_nvml_is_missing(no_nvml, fake_smi, tmp_path) -> None:
     inv = await discover({"state": str(tmp_path)}, nvml=no_nvml,
-                         smi_runner=fake_smi("smi_a100x2_mig.csv", "smi_a100x2_mig.L.txt"))
+                         smi_runner=fake_smi("smi_a100x2_mig.csv", "smi_a100x2_mig.L.txt",
+                                             lgi="smi_a100x2_mig.lgi.txt", lci="smi_a100x2_mig.lci.txt"))
     assert inv.gpu_source == "nvidia-smi" and inv.driver_version == "535.129.03"
     assert [g.gpu_class for g in inv.gpus] == ["a100-40gb", "a100-40gb"]
     assert len(inv.gpus[0].mig_instances) == 3

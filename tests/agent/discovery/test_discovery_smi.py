@@ -162,3 +162,102 @@ async def test_sensors_from_nvidia_smi(fake_smi) -> None:
     assert [g.index for g in gpus] == [0, 1, 2, 3]
     assert (gpus[0].temperature_c, gpus[0].power_draw_w, gpus[0].utilization_gpu_pct) == (58.0, 291.77, 87.0)
     assert gpus[2].health == FAILED and gpus[1].temperature_c is None
+
+
+# --- MIG through nvidia-smi mig -lgi / -lci, and processes through --query-compute-apps ---------------------
+
+
+def a100_mig(fake_smi, **kw):
+    return fake_smi("smi_a100x2_mig.csv", "smi_a100x2_mig.L.txt", lgi="smi_a100x2_mig.lgi.txt",
+                    lci="smi_a100x2_mig.lci.txt", **kw)
+
+
+def h100_mig(fake_smi, **kw):
+    return fake_smi("smi_h100_mig.csv", "smi_h100_mig.L.txt", lgi="smi_h100_mig.lgi.txt",
+                    lci="smi_h100_mig.lci.txt", **kw)
+
+
+async def test_each_mig_device_of_an_a100_is_paired_with_its_gpu_instance(fake_smi) -> None:
+    smi = a100_mig(fake_smi)
+    report = await read_smi(smi)
+    card0 = report.gpus[0]
+    assert [(m.uuid, m.profile, m.gpu_class, m.gpu_instance_id, m.compute_instance_id, m.placement)
+            for m in card0.mig_instances] == [
+        ("MIG-8e81973e-0bec-47b0-b898-d190f9ebdacc", "3g.20gb", "a100-40gb-mig-3g.20gb", 2, 0, "4:4"),
+        ("MIG-6b4cb242-4a23-4596-a217-beaddbc496cb", "2g.10gb", "a100-40gb-mig-2g.10gb", 4, 0, "2:2"),
+        ("MIG-92276658-1e27-41c0-8a6a-63ec24ede6a4", "1g.5gb", "a100-40gb-mig-1g.5gb", 7, 0, "0:1"),
+    ]
+    assert ["mig", "-lgi"] in smi.calls and ["mig", "-lci"] in smi.calls
+    assert report.errors == () and card0.health == OK
+
+
+async def test_seven_like_instances_of_an_h100_are_each_a_device_by_uuid(fake_smi) -> None:
+    (card,) = (await read_smi(h100_mig(fake_smi))).gpus
+    assert card.gpu_class == "h100-80gb" and card.mig_enabled is True
+    instances = card.mig_instances
+    assert {m.gpu_class for m in instances} == {"h100-80gb-mig-1g.10gb"}
+    assert [card.mig_placement_index(m) for m in instances] == list(range(1000, 1007))
+    assert len({m.uuid for m in instances}) == 7 and all(m.uuid.startswith("MIG-") for m in instances)
+    # Devices in GPU instance id order, each in its own slice.
+    assert [(m.gpu_instance_id, m.placement) for m in instances] == [(7 + i, f"{i}:1") for i in range(7)]
+    assert [m.memory_total_mib for m in instances] == [10240] * 7
+
+
+async def test_without_the_mig_listings_the_instances_are_still_known_by_uuid(fake_smi) -> None:
+    # nvidia-smi mig -lgi refused (a node that does not let the agent read MIG's configuration).
+    report = await read_smi(fake_smi("smi_a100x2_mig.csv", "smi_a100x2_mig.L.txt"))
+    card0 = report.gpus[0]
+    assert [m.uuid[:12] for m in card0.mig_instances] == ["MIG-8e81973e", "MIG-6b4cb242", "MIG-92276658"]
+    assert {m.gpu_instance_id for m in card0.mig_instances} == {None} and card0.health == OK
+    assert len(report.errors) == 1 and report.errors[0].startswith("nvidia-smi mig -lgi: ")
+    assert "Insufficient Permissions" in report.errors[0]
+
+
+def test_a_listed_device_no_compute_instance_accounts_for_is_said() -> None:
+    from llmgw.agent.discovery.smi_mig import pair_instances, parse_compute_instances, parse_gpu_instances
+
+    gis = parse_gpu_instances("|   0  MIG 3g.20gb       9        2          4:4     |\n")
+    cis = parse_compute_instances("No compute instances found: Not Found\n")
+    paired, notes = pair_instances(0, [(0, "3g.20gb")], gis, cis)
+    assert paired[0].gpu_instance_id is None
+    assert notes == ["GPU 0: MIG device 0 (3g.20gb) is in no compute instance nvidia-smi mig -lci lists: "
+                     "its GPU instance is not known"]
+
+
+async def test_processes_on_each_card_come_from_query_compute_apps(fake_smi) -> None:
+    smi = fake_smi("smi_h100x8.csv", apps="smi_h100x8.apps.csv")
+    gpus, notes = await sample_smi(smi)
+    assert notes == ()
+    MiB = 1 << 20
+    assert gpus[0].processes == ((4100, 70112 * MiB), (4107, 5800 * MiB))
+    assert gpus[6].processes == ((51234, 74120 * MiB),)
+    assert gpus[3].processes == ((7311, None),)  # [N/A] is not known, never 0
+    assert gpus[1].processes == ()  # listed, and nothing runs there
+
+
+async def test_a_process_listed_under_a_mig_uuid_is_its_cards(fake_smi) -> None:
+    gpus, notes = await sample_smi(h100_mig(fake_smi, apps="smi_h100_mig.apps.csv"))
+    assert notes == () and gpus[0].processes == ((8800, 9216 << 20),)
+
+
+async def test_processes_that_cannot_be_listed_are_none_and_said(fake_smi) -> None:
+    smi = fake_smi("smi_h100x8.csv")
+    real = smi.__call__
+
+    def refusing(args):
+        if args[0].startswith("--query-compute-apps"):
+            raise SmiError("nvidia-smi --query-compute-apps exited with 4: Insufficient Permissions")
+        return real(args)
+
+    gpus, notes = await sample_smi(refusing)
+    assert all(g.processes is None for g in gpus)
+    assert len(notes) == 1 and "memory other processes hold is not told apart" in notes[0]
+
+
+async def test_the_degraded_temperature_is_a_setting(fake_smi) -> None:
+    # Card 6 of the H100 node runs at 89 °C (and is thermally throttled); card 0 at 67 °C.
+    report = await read_smi(fake_smi("smi_h100x8.csv"), hot_c=60)
+    assert "running at 67 °C (warning from 60 °C)" in report.gpus[0].health_reasons
+    assert report.gpus[0].health == DEGRADED
+    gpus, _ = await sample_smi(fake_smi("smi_h100x8.csv"), hot_c=95)
+    assert not any("°C" in r for r in gpus[6].health_reasons)
