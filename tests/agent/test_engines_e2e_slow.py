@@ -2,7 +2,8 @@
 
 - A node whose engines_dir holds a vLLM 0.9.1 environment advertises it in Register; a model pinning
   engine_version 0.9.1 is placed there, its start names that version, and that environment's program
-  serves the model's answers (a stand-in vLLM: tests/agent/fake_vllm.py).
+  serves the model's answers (a stand-in vLLM: tests/agent/fake_vllm.py), through a real `llmgw server`'s
+  gateway too.
 - A node without vLLM is told by `llmgw ctl engine install` to install it; it installs it with uv from
   the mirror's package index (MIRROR/simple/ over its wheels/ folder, the mirror learnt from the Welcome),
   each step shown, and then advertises it; a version the index lacks fails in the installer's words.
@@ -230,3 +231,59 @@ async def test_an_agent_refuses_a_start_naming_a_version_it_lacks(tmp_path):
         await asyncio.wait_for(task, 10)
         kill_shards(agent)
         await cp.stop()
+
+
+async def test_a_real_server_places_the_pinned_model_and_its_gateway_answers_from_that_version(tmp_path):
+    """`llmgw server` as a process; the agent in this one (it has a card only as a test's inventory says)."""
+    import os
+    import subprocess
+
+    python = write_vllm_env(tmp_path / "engines", "0.9.1")
+    write_vllm_env(tmp_path / "engines", "0.10.0")
+    ports = {k: free_port() for k in ("client", "admin", "agent", "metrics")}
+    (tmp_path / "server.yaml").write_text(json.dumps({
+        "listen": f"127.0.0.1:{ports['client']}", "admin_listen": f"127.0.0.1:{ports['admin']}",
+        "admin_token_file": str(tmp_path / "admin-token"), "metrics_listen": f"127.0.0.1:{ports['metrics']}",
+        "agent_listen": f"127.0.0.1:{ports['agent']}", "agent_insecure": True,
+        "store": {"dsn": f"sqlite:///{tmp_path}/store.db"}, "auth": {"keys_required": False},
+        "control": {"reconcile_interval": "300ms"}, "models": [QWEN],
+    }))
+    log = open(tmp_path / "server.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "llmgw", "server", "--config", str(tmp_path / "server.yaml")],
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT)
+    agent = make_agent(tmp_path, SimpleNamespace(address=f"127.0.0.1:{ports['agent']}"), gpus=1,
+                       plugins=load_plugins())
+    task = asyncio.create_task(agent.run())
+    try:
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{ports['client']}/v1", api_key="none",
+                                    max_retries=0, timeout=10)
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                answer = await client.chat.completions.create(model="qwen",
+                                                              messages=[{"role": "user", "content": "hi"}])
+                break
+            except (openai.APIConnectionError, openai.APIStatusError):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise AssertionError((tmp_path / "server.log").read_text()[-3000:]) from None
+                await asyncio.sleep(0.5)
+        assert answer.choices[0].message.content == "hello from fake vllm 0.9.1"  # the pinned one, not 0.10.0
+        [shard] = agent.supervisor.shards()
+        assert shard.plan.argv[0] == str(python)
+
+        def ctl_out(*argv: str) -> str:
+            return subprocess.run([sys.executable, "-m", "llmgw", "ctl", *argv, "--admin",
+                                   f"http://127.0.0.1:{ports['admin']}", "--token-file", str(tmp_path / "admin-token")],
+                                  capture_output=True, text=True, check=True).stdout
+
+        out = await asyncio.to_thread(ctl_out, "nodes")
+        assert "vllm 0.10.0" in out.splitlines()[1]
+        out = await asyncio.to_thread(ctl_out, "engines")
+        assert any(line.split()[:4] == ["node-1", "vllm", "0.9.1", "installed"] for line in out.splitlines())
+    finally:
+        await agent.stop()
+        await asyncio.wait_for(task, 10)
+        kill_shards(agent)
+        server.terminate()
+        server.wait(30)
+        log.close()
