@@ -23,8 +23,10 @@ from aiohttp import web
 
 from llmgw import __version__
 from llmgw.auth.principal import Principal
-from llmgw.router.client_data import authenticate, json_response
-from llmgw.router.errors import GatewayError, dumps, loads
+from llmgw.router.body import parse_json, read_bytes
+from llmgw.router.client_data import authenticate, client_data, json_response
+from llmgw.router.errors import GatewayError, dumps
+from llmgw.router.gateway import GATEWAY
 from llmgw.router.memory import (
     Notebook,
     forget,
@@ -98,10 +100,13 @@ def _error(msg_id: Any, code: int, message: str) -> dict[str, Any]:
 async def handle(request: web.Request) -> web.StreamResponse:
     """POST /mcp: one JSON-RPC message, or a list of them."""
     principal = await authenticate(request)  # no key, no tools: 401 like every endpoint
-    try:
-        message = loads(await request.read())
-    except ValueError:
-        return json_response(_error(None, PARSE_ERROR, "the body is not valid JSON"), status=400)
+    gw = request.app[GATEWAY]
+    try:  # the size, time, UTF-8 and depth checks of every JSON body (llmgw.router.body)
+        message = parse_json(await read_bytes(request, gw), gw.config.router.clients.max_json_depth)
+    except GatewayError as exc:
+        if exc.status != 400:
+            raise
+        return json_response(_error(None, PARSE_ERROR, exc.message), status=400)
     if isinstance(message, list):
         if not message:
             return json_response(_error(None, INVALID_REQUEST, "an empty list of messages"), status=400)
@@ -163,6 +168,9 @@ async def _dispatch(request: web.Request, principal: Principal, method: str, par
 async def _call_tool(request: web.Request, principal: Principal, name: str, args: dict) -> dict[str, Any]:
     try:
         book = await notebook(request, principal)
+        if name == "remember":  # a note is kept: within the project's storage quota
+            text_arg = args.get("text")
+            await client_data(request).check_quota(book.project, len(text_arg) if isinstance(text_arg, str) else 0)
         text, structured = await _TOOLS_RUN[name](book, args)
     except GatewayError as exc:
         return {"content": [{"type": "text", "text": exc.message}], "isError": True}

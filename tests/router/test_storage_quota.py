@@ -70,3 +70,18 @@ async def test_a_response_that_would_be_kept_past_the_quota_is_refused_and_store
     assert caught.value.status_code == 413 and caught.value.body["code"] == "storage_quota_exceeded"
     answer = await sg.client().responses.create(model="m", input="w" * 2000, store=False)
     assert answer.status == "completed"
+
+
+async def test_the_mcp_remember_tool_keeps_to_the_quota_and_a_deep_mcp_body_is_a_parse_error(stored_gateway, http):
+    sg = await stored_gateway([model("m", "http://127.0.0.1:9/v1")], router=QUOTA)
+    await sg.turn_on(memory=True)
+    await sg.client().files.create(file=("a.jsonl", b"x" * 65_000), purpose="batch")
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "remember", "arguments": {"key": "k", "text": "t" * 1000}}}
+    status, body, _ = await get_json(http, "POST", f"{sg.url}/mcp", headers=sg.headers(), json=call)
+    assert status == 200 and body["result"]["isError"] is True
+    assert "router.clients.project_storage_bytes" in body["result"]["content"][0]["text"]
+    deep = b'{"a":' * 5000 + b"1" + b"}" * 5000
+    status, body, _ = await get_json(http, "POST", f"{sg.url}/mcp", data=deep,
+                                     headers=sg.headers(**{"Content-Type": "application/json"}))
+    assert status == 400 and body["error"]["code"] == -32700 and "max_json_depth" in body["error"]["message"]
