@@ -1,9 +1,12 @@
-"""Machines as Linux network namespaces: a control plane, a node added over SSH, a node joined with a code.
+"""Three machines as Linux network namespaces: a control plane made by `server init`, a node added over SSH,
+a node joined with a code; a model's two replicas on the two nodes, `doctor` clean on all three, and a node
+wiped out of the cluster.
 
 Three namespaces joined by veth pairs to a bridge in the first, addresses in
-10.213.1.0/24 only inside them; sshd runs in the second. Traffic stays in
-the namespaces and on loopback: the openai SDK runs inside the control
-plane's namespace too. Everything made is removed at the end, even on failure.
+10.213.1.0/24 only inside them; sshd (Debian's openssh-server) runs in the
+second. Every llmgw command is the built zipapp, as an operator runs it;
+the openai SDK runs in the third namespace, a client on another machine.
+Everything made is removed at the end, even on failure.
 """
 
 from __future__ import annotations
@@ -19,14 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from llmgw import pki
-
 ROOT = Path(__file__).resolve().parents[2]
-PY = sys.executable
+PY = sys.executable  # the test's own Python: the openai SDK
 NS = {"cp": "llmgwt-cp", "a": "llmgwt-a", "b": "llmgwt-b"}
 ADDR = {"cp": "10.213.1.1", "a": "10.213.1.2", "b": "10.213.1.3"}
 NOSUDO_USER = "llmgwt-nosudo"
 SSH_PORT = 2222
+ADMIN, PASSWORD = "admin@example.com", "a-long-first-password-7"
 tmp_dirs: list[Path] = []
 
 pytestmark = [pytest.mark.slow,
@@ -34,7 +36,7 @@ pytestmark = [pytest.mark.slow,
                                  reason="needs root, iproute2 and openssh-server")]
 
 
-def sh(*argv: str, check: bool = True, ns: str | None = None, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+def sh(*argv: str, check: bool = True, ns: str | None = None, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
     if ns is not None:
         argv = ("ip", "netns", "exec", NS[ns], *argv)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
@@ -54,9 +56,28 @@ def remove_namespaces() -> None:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+@pytest.fixture(scope="module")
+def pyz():
+    try:
+        from llmgw.testing.zipapp import fresh_pyz  # shared with tests/test_zipapp.py's build
+    except ImportError:  # pragma: no cover - an older tree
+        def fresh_pyz() -> Path:
+            built = ROOT / "dist/llmgw.pyz"
+            newest = max(p.stat().st_mtime for p in (ROOT / "llmgw").rglob("*.py"))
+            if not built.exists() or built.stat().st_mtime < newest:
+                sh(PY, str(ROOT / "build.py"), timeout=900, cwd=ROOT)
+            return built
+    return fresh_pyz()
+
+
 @pytest.fixture
-def hosts(tmp_path):
+def hosts():
+    """The three namespaces; yields a folder open to others (engines run as llmgw-engine and read from it)."""
     remove_namespaces()  # what a killed run left
+    engine_user = subprocess.run(["id", "llmgw-engine"], capture_output=True).returncode == 0
+    base = Path(tempfile.mkdtemp(prefix="llmgwt-"))
+    os.chmod(base, 0o755)
+    tmp_dirs.append(base)
     try:
         for ns in NS.values():
             sh("ip", "netns", "add", ns)
@@ -71,22 +92,27 @@ def hosts(tmp_path):
             sh("ip", "addr", "add", f"{ADDR[name]}/24", "dev", "eth0", ns=name)
             sh("ip", "link", "set", "eth0", "up", ns=name)
             sh("ip", "link", "set", "lo", "up", ns=name)
-        yield tmp_path
+        yield base
     finally:
         remove_namespaces()
         subprocess.run(["userdel", "-r", NOSUDO_USER], capture_output=True)
+        if not engine_user:  # made by an agent here on its first engine start
+            subprocess.run(["userdel", "llmgw-engine"], capture_output=True)
         while tmp_dirs:
             shutil.rmtree(tmp_dirs.pop(), ignore_errors=True)
 
 
-def start_sshd(tmp: Path) -> tuple[Path, Path]:
+def start_sshd() -> tuple[Path, Path]:
     """sshd in namespace a, with a host key and a user key made here; root logs in by key."""
     # Outside pytest's private tmp: sshd reads the keys as the user logging in, who must reach them.
     d = Path(tempfile.mkdtemp(prefix="llmgwt-ssh-"))
     tmp_dirs.append(d)
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key"))
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "user_key"))
-    (d / "authorized_keys").write_text((d / "user_key.pub").read_text())
+    # A clean environment for each command, as on a fresh machine: this one's root shell puts a Python under
+    # /root (closed to others, so to the engine user) first on PATH.
+    clean = 'command="env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root sh -c \\"$SSH_ORIGINAL_COMMAND\\"" '
+    (d / "authorized_keys").write_text(clean + (d / "user_key.pub").read_text())
     os.chmod(d / "authorized_keys", 0o644)
     os.chmod(d, 0o755)
     (d / "sshd_config").write_text(
@@ -105,115 +131,146 @@ def start_sshd(tmp: Path) -> tuple[Path, Path]:
     return d / "user_key", d / "known_hosts"
 
 
-def start_control_plane(tmp: Path) -> tuple[Path, Path]:
-    root = tmp / "cp"
-    etc = root / "etc/llmgw"
-    pki.init_ca(etc / "ca")
-    pki.issue_server(etc / "ca", "cp", [ADDR["cp"]], etc / "tls")
-    state = root / "var/lib/llmgw"
-    state.mkdir(parents=True)
-    token = state / "admin-token"
-    config = etc / "server.yaml"
-    config.write_text("\n".join([
-        f'listen: "{ADDR["cp"]}:8080"', 'admin_listen: "127.0.0.1:9090"', f'admin_token_file: "{token}"',
-        'metrics_listen: ""', f'agent_listen: "{ADDR["cp"]}:7443"',
-        "agent_tls:", f'  cert: "{etc}/tls/server.pem"', f'  key: "{etc}/tls/server-key.pem"',
-        f'  ca: "{etc}/tls/ca.pem"',
-        "store:", f'  dsn: "{state}/llmgw.db"', "auth:", "  keys_required: false",
-        "control:", "  reconcile_interval: 1s",
-        "models:", "  - name: sim-two", "    engine: sim", "    profiles:", "      - name: cpu",
-        "    scaling: {min: 2, max: 2}", ""]))
-    log = open(tmp / "server.log", "w")
-    subprocess.Popen(["ip", "netns", "exec", NS["cp"], PY, "-m", "llmgw", "server", "--config", str(config)],
-                     stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    for _ in range(300):
-        if token.exists() and sh("bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9090", ns="cp", check=False).returncode == 0:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError((tmp / "server.log").read_text()[-3000:])
-    return config, token
-
-
-def ctl(token: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return sh(PY, "-m", "llmgw", *args, "--admin", "http://127.0.0.1:9090", "--token-file", str(token),
-              ns="cp", check=check, cwd=ROOT)
-
-
 def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
 
 
-def test_node_add_over_ssh_join_with_a_code_and_two_replicas_answer(hosts, tmp_path):
-    key, known = start_sshd(tmp_path)
-    _, token = start_control_plane(tmp_path)
-    ssh = ["-i", str(key), "--port", str(SSH_PORT), "-o", f"UserKnownHostsFile={known}"]
+class Machine:
+    """One namespace and the --root its llmgw lives under."""
 
-    # An unreachable host, and a user without sudo: each a sentence, nothing left behind.
-    down = ctl(token, "node", "add", "root@10.213.1.9", *ssh, "--name", "x", check=False)
-    assert down.returncode == 1 and "cannot reach root@10.213.1.9" in down.stderr, down.stderr
+    def __init__(self, ns: str, root: Path, pyz: Path) -> None:
+        self.ns, self.root, self.pyz = ns, root, pyz
+
+    def llmgw(self, *args: str, check: bool = False, **kw) -> subprocess.CompletedProcess:
+        return sh("/usr/bin/python3", str(self.pyz), *args, ns=self.ns, check=check, **kw)
+
+
+def test_three_machines_init_node_add_join_spread_doctor_and_wipe(hosts, pyz):
+    tmp_path = hosts
+    key, known = start_sshd()
+    cp = Machine("cp", tmp_path / "cp", pyz)
+    token = cp.root / "var/lib/llmgw/admin-token"
+    admin = ["--admin", "http://127.0.0.1:9090", "--token-file", str(token)]
+
+    def ctl(*args: str) -> subprocess.CompletedProcess:
+        return sh(PY, "-m", "llmgw", "ctl", *args, *admin, ns="cp", cwd=ROOT)
+
+    def server_log() -> str:
+        path = cp.root / "var/log/llmgw/server.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else "(no server log)"
+
+    # 1. The control plane, by `server init` from the zipapp.
+    started = time.monotonic()
+    init = cp.llmgw("server", "init", "--yes", "--root", str(cp.root), "--host", ADDR["cp"],
+                    "--agent-listen", f"{ADDR['cp']}:7443", "--admin", ADMIN, "--admin-password", PASSWORD,
+                    "--wait", "90")
+    assert init.returncode == 0, init.stdout + init.stderr + server_log()
+    assert "The control plane answers." in init.stdout
+    binary = cp.root / "usr/local/lib/llmgw/llmgw.pyz"
+    assert binary.stat().st_size == pyz.stat().st_size  # init copied the file it runs from
+    unit = (cp.root / "etc/systemd/system/llmgw-server.service").read_text()
+    assert f"ExecStart=/usr/bin/python3 {binary} server --config {cp.root}/etc/llmgw/server.yaml" in unit
+    print(f"server init: {time.monotonic() - started:.1f} s")
+
+    # 2. Node a over SSH. First an unreachable host and a user without sudo: each a sentence.
+    ssh = ["-i", str(key), "--port", str(SSH_PORT), "-o", f"UserKnownHostsFile={known}"]
+    down = cp.llmgw("node", "add", "root@10.213.1.9", *ssh, "--name", "x", *admin)
+    assert down.returncode == 1 and "cannot reach root@10.213.1.9" in down.stderr, down.stdout + down.stderr
     sh("useradd", "-m", "-s", "/bin/sh", NOSUDO_USER)
     sh("usermod", "-p", "*", NOSUDO_USER)  # no password, but not locked: sshd lets a key in
-    nosudo = ctl(token, "node", "add", f"{NOSUDO_USER}@{ADDR['a']}", *ssh, "--name", "x", check=False)
+    nosudo = cp.llmgw("node", "add", f"{NOSUDO_USER}@{ADDR['a']}", *ssh, "--name", "x", *admin)
     assert nosudo.returncode == 1 and "is not root and has no sudo without a password" in nosudo.stderr, nosudo.stderr
-
-    # Node b with a code, run on the machine itself.
-    made = json.loads(ctl(token, "ctl", "node", "join-code", "--json").stdout)
-    listed = ctl(token, "ctl", "node", "join-codes").stdout
-    assert made["id"] in listed and made["code"] not in listed
-    root_b = tmp_path / "node-b"
-    joined = sh(PY, "-m", "llmgw", "join", made["code"], "--root", str(root_b), "--name", "node-b", ns="b",
-                check=False, cwd=ROOT)
-    assert joined.returncode == 0, joined.stdout + joined.stderr
-    assert "node node-b registered" in joined.stdout
-
-    # The code again, and a code for another CA: refused, nothing written.
-    again = sh(PY, "-m", "llmgw", "join", made["code"], "--root", str(tmp_path / "again"), "--name", "node-c",
-               ns="b", check=False, cwd=ROOT)
-    assert again.returncode == 1 and "already used, by node 'node-b'" in again.stderr, again.stderr
-    assert tree(tmp_path / "again") == []
-    from llmgw.control.join_codes import parse_code
-
-    fresh = parse_code(json.loads(ctl(token, "ctl", "node", "join-code", "--json").stdout)["code"])
-    other = type(fresh)(id=fresh.id, secret=fresh.secret, ca_sha256="ab" * 32, addresses=fresh.addresses,
-                        expires_at=fresh.expires_at)
-    foreign = sh(PY, "-m", "llmgw", "join", other.text(), "--root", str(tmp_path / "foreign"), "--name", "z",
-                 ns="b", check=False, cwd=ROOT)
-    assert foreign.returncode == 1 and "another cluster" in foreign.stderr, foreign.stderr
-    assert tree(tmp_path / "foreign") == []
-
-    pyz = ROOT / "dist/llmgw.pyz"
-    newest = max(p.stat().st_mtime for p in (ROOT / "llmgw").rglob("*.py"))
-    if not pyz.exists() or pyz.stat().st_mtime < newest:  # node add copies the built file: this tree's
-        sh(PY, str(ROOT / "build.py"), timeout=600)
-    # Node a over SSH: checks, copies the file, joins with a fresh code, waits until ready.
-    root_a = tmp_path / "node-a"
-    added = ctl(token, "node", "add", f"root@{ADDR['a']}", *ssh, "--name", "node-a", "--root", str(root_a),
-                check=False)
-    assert added.returncode == 0, added.stdout + added.stderr
+    a = Machine("a", tmp_path / "node-a", tmp_path / "node-a/usr/local/lib/llmgw/llmgw.pyz")
+    started = time.monotonic()
+    added = cp.llmgw("node", "add", f"root@{ADDR['a']}", *ssh, "--name", "node-a", "--root", str(a.root), *admin)
+    assert added.returncode == 0, added.stdout + added.stderr + server_log()
     assert "no systemd: the agent is started directly" in added.stdout
     assert "node node-a is ready" in added.stdout
     assert not [p for p in Path("/tmp").glob("llmgw-add.*") if p.is_dir()], "the copy was not removed"
-    assert oct(os.stat(root_a / "etc/llmgw/tls/node-key.pem").st_mode & 0o777) == "0o600"
+    assert oct(os.stat(a.root / "etc/llmgw/tls/node-key.pem").st_mode & 0o777) == "0o600"
+    print(f"node add: {time.monotonic() - started:.1f} s")
 
-    # Two replicas, one on each node, answering through the gateway (the SDK inside the namespace).
+    # 3. Node b with a code, pasted on the machine itself.
+    made = json.loads(ctl("node", "join-code", "--json").stdout)
+    assert made["code"] not in ctl("node", "join-codes").stdout
+    b = Machine("b", tmp_path / "node-b", pyz)
+    joined = b.llmgw("join", made["code"], "--root", str(b.root), "--name", "node-b")
+    assert joined.returncode == 0, joined.stdout + joined.stderr
+    assert "node node-b registered" in joined.stdout
+    again = b.llmgw("join", made["code"], "--root", str(tmp_path / "again"), "--name", "node-c")
+    assert again.returncode == 1 and "already used, by node 'node-b'" in again.stderr, again.stderr
+    assert tree(tmp_path / "again") == []
+
+    # 4. A model of two replicas: placement spreads one model's replicas over nodes (fewest of it first).
+    model = "name: sim-two\nengine: sim\nprofiles:\n  - name: cpu\nscaling: {min: 2, max: 2}\n"
+    sh(PY, "-m", "llmgw", "ctl", "model", "add", "-", *admin, ns="cp", cwd=ROOT, input=model)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        replicas = json.loads(ctl(token, "ctl", "replicas", "--json").stdout)["replicas"]
-        ready = sorted(r["node"] for r in replicas if r["state"] == "ready")
-        if ready == ["node-a", "node-b"]:
+        replicas = json.loads(ctl("replicas", "--json").stdout)["replicas"]
+        ready = sorted(r["node"] for r in replicas if r["state"] == "ready" and r["model"] == "sim-two")
+        if len(ready) == 2:
             break
         time.sleep(1)
     else:
-        raise AssertionError(f"replicas: {replicas}\n{(tmp_path / 'server.log').read_text()[-3000:]}")
+        raise AssertionError(f"replicas: {replicas}\n{server_log()}")
+    assert ready == ["node-a", "node-b"], replicas
+
+    issued = json.loads(ctl("keys", "create", "--user", ADMIN, "--name", "netns", "--json").stdout)
+    secret = issued.get("secret") or issued.get("key")
     client = (
         "import openai\n"
-        f"c = openai.OpenAI(base_url='http://{ADDR['cp']}:8080/v1', api_key='unused')\n"
-        "seen = set()\n"
-        "for _ in range(6):\n"
+        f"c = openai.OpenAI(base_url='http://{ADDR['cp']}:8080/v1', api_key={secret!r})\n"
+        "for _ in range(4):\n"
         "    r = c.chat.completions.create(model='sim-two', messages=[{'role': 'user', 'content': 'hi'}],"
         " max_tokens=4)\n"
         "    assert r.choices[0].message.content\n"
-        "print('ok')\n")
-    answered = sh(PY, "-c", client, ns="cp", check=False)
-    assert answered.returncode == 0 and "ok" in answered.stdout, answered.stdout + answered.stderr
+        "print('answered')\n")
+    answered = sh(PY, "-c", client, ns="b", check=False)
+    assert answered.returncode == 0 and "answered" in answered.stdout, answered.stdout + answered.stderr
+
+    # 5. doctor: clean on all three (warnings, such as a small disk, leave it 0).
+    for machine in (cp, a, b):
+        doctor = machine.llmgw("doctor", "--root", str(machine.root), "--json")
+        report = json.loads(doctor.stdout or "{}")
+        problems = [f for f in report.get("findings", []) if f["status"] == "problem"]
+        assert doctor.returncode == 0 and not problems, (machine.ns, problems, doctor.stderr)
+
+    # 6. Wipe node a: the control plane forgets it and revokes its certificate; the machine is bare again.
+    kept = Path(tempfile.mkdtemp(prefix="llmgwt-cert-"))  # node a's certificate, to try it once it has left
+    tmp_dirs.append(kept)
+    for name in ("node.pem", "node-key.pem", "ca.pem"):
+        shutil.copy(a.root / "etc/llmgw/tls" / name, kept / name)
+    pid_file = a.root / "var/lib/llmgw/llmgw-agent.pid"
+    agent_pid = int(pid_file.read_text())
+    wiped = sh("/usr/bin/python3", str(a.pyz), "wipe", "--yes", "--root", str(a.root), ns="a", check=False)
+    assert wiped.returncode == 0, wiped.stdout + wiped.stderr
+    assert "node node-a left the cluster, its certificate is revoked" in wiped.stdout, wiped.stdout
+    assert tree(a.root) == [], tree(a.root)
+    assert not Path(f"/proc/{agent_pid}").exists() or "Z" in Path(f"/proc/{agent_pid}/stat").read_text().split()[2]
+    nodes = json.loads(ctl("nodes", "--json").stdout)
+    listed = [n.get("id") or n.get("name") for n in (nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes)]
+    assert "node-a" not in listed and "node-b" in listed, nodes
+    audit = ctl("audit", "--json").stdout
+    assert "nodes.leave" in audit and "node:node-a" in audit
+    replicas = json.loads(ctl("replicas", "--json").stdout)["replicas"]
+    assert not [r for r in replicas if r["node"] == "node-a"], replicas
+    # Its replica is placed again on the node left, and its certificate no longer registers.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        replicas = json.loads(ctl("replicas", "--json").stdout)["replicas"]
+        if sorted(r["node"] for r in replicas if r["state"] == "ready" and r["model"] == "sim-two") == ["node-b"] * 2:
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"replicas: {replicas}\n{server_log()}")
+    dial = (
+        "import asyncio, ssl, aiohttp\n"
+        f"ctx = ssl.create_default_context(cafile='{kept}/ca.pem')\n"
+        f"ctx.load_cert_chain('{kept}/node.pem', '{kept}/node-key.pem')\n"
+        "async def main():\n"
+        "    async with aiohttp.ClientSession() as s:\n"
+        f"        async with s.ws_connect('wss://{ADDR['cp']}:7443/agent/v1', ssl=ctx) as ws:\n"
+        "            print((await ws.receive(timeout=10)).data)\n"
+        "asyncio.run(main())\n")
+    refused = sh(PY, "-c", dial, ns="a", check=False)
+    assert "revoked" in refused.stdout, refused.stdout + refused.stderr
