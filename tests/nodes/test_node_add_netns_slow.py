@@ -59,7 +59,7 @@ def remove_namespaces() -> None:
 @pytest.fixture(scope="module")
 def pyz():
     try:
-        from llmgw.testing.zipapp import fresh_pyz  # shared with tests/test_zipapp.py's build
+        from llmgw.testing.zipapp import fresh_pyz  # the build the zipapp tests share
     except ImportError:  # pragma: no cover - an older tree
         def fresh_pyz() -> Path:
             built = ROOT / "dist/llmgw.pyz"
