@@ -7,6 +7,7 @@ whose server.yaml names a real cluster CA (join codes carry its fingerprint).
 
 from __future__ import annotations
 
+import datetime as dt
 import shlex
 import socket
 import sys
@@ -73,6 +74,8 @@ def test_add_a_node_shows_a_join_line_and_runs_node_add_with_its_steps(tmp_path,
         assert code.addresses == ("127.0.0.1:7443",)
         assert code.ca_sha256 == pki.fingerprint(pki.load_certificate(tmp_path / "ca/ca.pem")).replace(":", "").lower()
         assert "Shown this once" in shown
+        left = code.expires_at - dt.datetime.now(dt.timezone.utc)
+        assert dt.timedelta(minutes=58) < left <= dt.timedelta(hours=1)  # it works for an hour
 
         # Over SSH, to a port nothing listens on: each step said, then why it stopped.
         port = closed_port()

@@ -72,6 +72,13 @@ async def test_a_node_that_leaves_is_forgotten_its_replica_dropped_and_its_certi
         await until(lambda: "revoked" in (agent.conn.last_error or ""), what="the refusal")
         await asyncio.sleep(0.2)  # a reconcile pass: nothing is placed on it
         assert cp.nodes() == [] and replicas.replicas_for("tiny") == []
+
+        # The machine joins again: a new certificate (a new serial) for the same name is welcome.
+        await agent.stop()
+        again = pki.issue_node(tmp_path / "ca", "node-a", tmp_path / "node-again")
+        agent = TlsAgent([f"127.0.0.1:{cp.agent_port}"], again)
+        agent.start()
+        await until(lambda: [n["id"] for n in cp.nodes()] == ["node-a"], what="node-a back")
     finally:
         await agent.stop()
         await standby.stop()
