@@ -351,6 +351,8 @@ def main(argv: list[str]) -> int:
     arch = host_arch()
     if argv[:1] == ["--arch"] and len(argv) == 2:
         arch, argv = argv[1], []
+    elif len(argv) == 1 and argv[0].startswith("--arch="):
+        arch, argv = argv[0].split("=", 1)[1], []
     if argv:
         print(f"build.py: unknown command {' '.join(argv)!r}; see build.py --help", file=sys.stderr)
         return 2

@@ -62,10 +62,11 @@ class IndexWalker(urwid.ListWalker):
     def get_focus(self):
         if not len(self):
             return None, None
+        self.focus = min(self.focus, len(self) - 1)  # the items shrank under a ListBox that kept its place
         return self._widget(self.focus), self.focus
 
     def set_focus(self, position: int) -> None:
-        self.focus = position
+        self.focus = max(0, min(position, len(self) - 1))  # urwid 4 (Python 3.10's) may ask past the end
         self._modified()
 
     def get_next(self, position: int):
