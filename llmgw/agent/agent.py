@@ -92,10 +92,12 @@ class Agent:
 
             ssl_context = ssl_client_context(config.tls.cert, config.tls.key, config.tls.ca)
         self._ssl = ssl_context
-        self._discover = discover_fn or discovery.discover
+        self._discover = discover_fn or (
+            lambda **kw: discovery.discover(hot_c=config.gpu_degraded_temperature_c, **kw))
         # The kernel log's XID lines are matched to cards by the PCI addresses discovery found.
-        self._sensors = sensors_fn or (lambda: discovery.sample_sensors(bus_ids={
-            g.index: g.pci_bus_id for g in (self.inventory.gpus if self.inventory else ())}))
+        self._sensors = sensors_fn or (lambda: discovery.sample_sensors(
+            hot_c=config.gpu_degraded_temperature_c,
+            bus_ids={g.index: g.pci_bus_id for g in (self.inventory.gpus if self.inventory else ())}))
         self._link_options = {k: v for k, v in (("ping_interval", ping_interval), ("pong_timeout", pong_timeout))
                               if v is not None}
         plugins = plugins or load_plugins()
@@ -280,7 +282,8 @@ class Agent:
                 load_1m=sensors.load_average[0] if sensors and sensors.load_average else None,
                 cpu_percent=self._cpu.percent(),
                 memory_available_bytes=sensors.memory_available_bytes if sensors else None,
-                gpus=wire_gpu_sensors(sensors, *self._engines_on_gpus()) if sensors else (),
+                gpus=wire_gpu_sensors(sensors, *self._engines_on_gpus(),
+                                      foreign_limit=self.config.gpu_foreign_memory_limit) if sensors else (),
                 shards=tuple(summaries),
             ))
 

@@ -13,6 +13,7 @@ import socket
 from typing import Any, Container, Iterable, Mapping
 
 from llmgw.agent import discovery
+from llmgw.config.units import ByteSize
 from llmgw.wire import messages as wire
 
 __all__ = ["wire_inventory", "wire_gpu_sensors", "CpuMeter", "busy_requests", "parse_port_range", "free_port",
@@ -55,29 +56,57 @@ def wire_inventory(inv: discovery.Inventory) -> wire.Inventory:
 def foreign_memory_bytes(g: discovery.GpuSensors, our_pids: Container[int], our_cards: Container[int] = ()
                          ) -> int | None:
     """What processes other than this agent's engines hold on the card: its used memory less what the
-    engines' processes hold; None when the card's memory was not read."""
+    engines' processes hold; None when the card's memory was not read, or when an engine of ours is there
+    and what it holds is not known."""
     if g.memory_used_mib is None or (g.processes is None and g.index in our_cards):
         return None  # the card's processes cannot be told apart, and our engine is one of them
-    ours = sum(used or 0 for pid, used in (g.processes or ()) if pid in our_pids)
+    procs = g.processes or ()
+    if any(pid in our_pids and used is None for pid, used in procs):
+        return None  # ours is there, holding an amount the driver does not say
+    ours = sum(used or 0 for pid, used in procs if pid in our_pids)
     return max(0, g.memory_used_mib * MIB - ours)
 
 
+def foreign_memory_problem(foreign: int | None, limit: int) -> str:
+    """Why a card is degraded when others hold more than `limit` bytes of its memory; "" when they do not."""
+    if foreign is None or foreign <= limit:
+        return ""
+    return (f"{foreign / (1 << 30):.1f} GiB of its memory is held by processes that are not llmgw's engines "
+            f"(more than gpu_foreign_memory_limit, {ByteSize(limit)}): find them with nvidia-smi")
+
+
+def _judged(g: discovery.GpuSensors, foreign: int | None, limit: int | None) -> tuple[str, str]:
+    """The card's health and why, with the foreign memory verdict added."""
+    reasons = list(g.health_reasons)
+    health = g.health
+    problem = foreign_memory_problem(foreign, limit) if limit is not None else ""
+    if problem:
+        reasons.append(problem)
+        health = health if health == discovery.FAILED else discovery.DEGRADED
+    return health, "; ".join(reasons)
+
+
 def wire_gpu_sensors(sensors: discovery.Sensors, our_pids: Container[int] | None = None,
-                     our_cards: Container[int] = ()) -> tuple[wire.GpuSensor, ...]:
+                     our_cards: Container[int] = (), *, foreign_limit: int | None = None
+                     ) -> tuple[wire.GpuSensor, ...]:
     """The cards' readings for a heartbeat. `our_pids`: every process of this agent's engines, so memory they
     hold is not counted as another's (None: foreign memory is not measured); `our_cards`: the cards (by index)
-    its engines were given, where memory cannot be put down to anyone when the processes are not listed."""
-    return tuple(
-        wire.GpuSensor(
+    its engines were given, where memory cannot be put down to anyone when the processes are not listed.
+    `foreign_limit`: the bytes others may hold before the card is reported degraded (agent.yaml
+    gpu_foreign_memory_limit; None: not judged)."""
+    out = []
+    for g in sensors.gpus:
+        foreign = foreign_memory_bytes(g, our_pids, our_cards) if our_pids is not None else None
+        health, problem = _judged(g, foreign, foreign_limit)
+        out.append(wire.GpuSensor(
             index=g.index, temperature_c=g.temperature_c, power_w=g.power_draw_w, power_limit_w=g.power_limit_w,
             utilisation_percent=g.utilization_gpu_pct,
             memory_used_bytes=g.memory_used_mib * MIB if g.memory_used_mib is not None else None,
-            foreign_memory_bytes=foreign_memory_bytes(g, our_pids, our_cards) if our_pids is not None else None,
-            throttle=tuple(g.throttle_reasons), ecc_uncorrected=g.ecc_uncorrected_volatile, health=g.health,
-            problem="; ".join(g.health_reasons), pcie_replays=g.pcie_replays, xid_errors=tuple(g.xid_errors),
-        )
-        for g in sensors.gpus
-    )
+            foreign_memory_bytes=foreign,
+            throttle=tuple(g.throttle_reasons), ecc_uncorrected=g.ecc_uncorrected_volatile, health=health,
+            problem=problem, pcie_replays=g.pcie_replays, xid_errors=tuple(g.xid_errors),
+        ))
+    return tuple(out)
 
 
 class CpuMeter:

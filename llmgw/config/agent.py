@@ -8,7 +8,7 @@ control plane.
 import attrs
 
 from llmgw.config.fields import section, setting
-from llmgw.config.units import Duration
+from llmgw.config.units import ByteSize, Duration
 
 __all__ = ["AgentConfig", "NodeTLS"]
 
@@ -91,4 +91,14 @@ class AgentConfig:
     engine_start_timeout: Duration = setting(
         Duration(minutes=15),
         doc="How long an engine may take from its start to answering its readiness check before its start fails.",
+    )
+    gpu_degraded_temperature_c: float = setting(
+        87.0,
+        doc="A card at or above this temperature (°C) is reported degraded and placement keeps it out, saying so; "
+            "most data-centre cards start slowing themselves down in the high 80s.",
+    )
+    gpu_foreign_memory_limit: ByteSize = setting(
+        ByteSize(2 * 1024**3),
+        doc="Memory that processes other than this node's engines may hold on a card, like 2GiB, before the agent "
+            "reports it degraded and placement keeps it out; 0 keeps out a card where anything else holds memory.",
     )

@@ -555,6 +555,10 @@ def check_agent(config: AgentConfig) -> list[Problem]:
     for key in config.labels:
         if not key.strip():
             problems.append(Problem(("labels",), "a label with an empty name"))
+    if not 30 <= config.gpu_degraded_temperature_c <= 120:
+        problems.append(Problem(("gpu_degraded_temperature_c",),
+                                f"expected °C between 30 and 120, like 87, got {config.gpu_degraded_temperature_c:g}: "
+                                "below, every running card would be kept out; above, none ever would"))
     return problems
 
 

@@ -10,10 +10,13 @@ when the card is in MIG mode. Placement works on *devices*:
   1000 + 100 × card + instance, and given to an engine by its `MIG-…` UUID.
 
 A device is *kept out* (not handed out, with the reason in
-explain-placement) when its card is degraded or failed (heat, clocks held
-down, memory errors, recent XID errors: the agent judges and says why), or
-when processes that are not llmgw's engines hold more than
-`FOREIGN_MEMORY_LIMIT` of its memory.
+explain-placement) when its card is degraded or failed. The node's agent
+judges that and says why: heat (agent.yaml gpu_degraded_temperature_c),
+clocks held down, memory errors, recent XID errors, and processes that are
+not llmgw's engines holding more of its memory than agent.yaml
+gpu_foreign_memory_limit. Only the agent can tell its engines' processes
+from others', and each node has its own limits, so placement applies no
+thresholds of its own.
 """
 
 from __future__ import annotations
@@ -25,9 +28,6 @@ import attrs
 
 from llmgw.wire.messages import GpuInfo
 
-#: Memory that processes other than llmgw's engines may hold on a card before it is kept out:
-#: a CUDA context or a monitoring tool takes a few hundred MiB; another job's model takes gigabytes.
-FOREIGN_MEMORY_LIMIT = 2 << 30
 #: The first device number of MIG instances: 1000 + 100 × card + the instance's number on its card.
 MIG_INDEX_BASE = 1000
 MIG_MARKER = "-mig-"
@@ -75,10 +75,6 @@ class Device:
 def _card_problem(g: GpuInfo) -> str:
     if g.health in ("degraded", "failed"):
         return f"{g.health}: {g.problem}" if g.problem else g.health
-    foreign = g.foreign_memory_bytes
-    if foreign is not None and foreign > FOREIGN_MEMORY_LIMIT:
-        return (f"{foreign / (1 << 30):.1f} GiB of its memory is held by processes that are not llmgw's engines "
-                f"(more than {FOREIGN_MEMORY_LIMIT >> 30} GiB): find them with nvidia-smi")
     return ""
 
 
@@ -134,5 +130,5 @@ def kept_out_words(devices: Sequence[Device], gpu_class: str) -> str:
     return "; ".join(f"{', '.join(labels)} kept out ({why})" for why, labels in seen.items())
 
 
-__all__ = ["FOREIGN_MEMORY_LIMIT", "MIG_INDEX_BASE", "Device", "is_mig_index", "kept_out_words", "mig_class",
+__all__ = ["MIG_INDEX_BASE", "Device", "is_mig_index", "kept_out_words", "mig_class",
            "mig_index", "node_devices"]

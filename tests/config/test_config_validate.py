@@ -300,3 +300,16 @@ def test_agent_durations_and_counts():
         "heartbeat_interval: must be longer than 0s",
         "log_ring_size: must not be negative, got -1",
     ]
+
+
+def test_agent_gpu_thresholds():
+    config = parse_agent_config({"control_planes": ["10.0.0.1:7443"], "insecure": True,
+                                 "gpu_degraded_temperature_c": 83, "gpu_foreign_memory_limit": "512MiB"})
+    assert (config.gpu_degraded_temperature_c, config.gpu_foreign_memory_limit) == (83, 512 << 20)
+    defaults = parse_agent_config({"control_planes": ["10.0.0.1:7443"], "insecure": True})
+    assert (defaults.gpu_degraded_temperature_c, defaults.gpu_foreign_memory_limit) == (87.0, 2 << 30)
+    assert agent_problems({"control_planes": ["10.0.0.1:7443"], "gpu_foreign_memory_limit": "lots"}) == [
+        "gpu_foreign_memory_limit: expected a size like 128MiB, got 'lots'"]
+    assert agent_problems({"control_planes": ["10.0.0.1:7443"], "gpu_degraded_temperature_c": 12}) == [
+        "gpu_degraded_temperature_c: expected °C between 30 and 120, like 87, got 12: below, every running card "
+        "would be kept out; above, none ever would"]
