@@ -255,7 +255,7 @@ class Capacity:
 class QuotaSet:
     """A capacity quota for an organization, team or project."""
 
-    scope: str = field("Whose: org:NAME, team:ORG/TEAM or project:PATH.")
+    scope: str = field("Whose: org:NAME, team:ORG/TEAM or project:PATH.", schema={"pattern": "^[a-z]+:.+$"})
     limit: Capacity = field("The most its models may hold at once.", factory=Capacity)
     guaranteed: Capacity = field("What its models keep even when others want it.", factory=Capacity)
 
@@ -291,5 +291,6 @@ class QuotaList:
 
 @attrs.frozen(kw_only=True)
 class ScopeQuery:
-    scope: str = field("Whose: org:NAME, team:ORG/TEAM, project:PATH (and for limits user:EMAIL, key:ID).")
+    scope: str = field("Whose: org:NAME, team:ORG/TEAM, project:PATH (and for limits user:EMAIL, key:ID).",
+                       schema={"pattern": "^(org|team|project|user|key):.+$"})
 

@@ -32,7 +32,8 @@ class OrgTree:
 class OrgCreate:
     """A new organization, team or project, by its path."""
 
-    path: str = field("acme (an organization), acme/search (a team), acme/search/indexer (a project in a team).")
+    path: str = field("acme (an organization), acme/search (a team), acme/search/indexer (a project in a team).",
+                      schema={"pattern": "^[^/]+(/[^/]+){0,2}$"})
     project: bool = field("Make ORG/NAME a project directly in the organization rather than a team.", False)
 
 
@@ -76,7 +77,7 @@ class UserQuery:
 class UserCreate:
     """A new person."""
 
-    email: str = field("Their email; unique.")
+    email: str = field("Their email; unique.", schema={"minLength": 1})
     name: str = field("Their name; default the email's local part.", "")
     role: str = field("Their staff role: none, viewer, operator, billing or admin.", "none", schema={"enum": ["none", "viewer", "operator", "billing", "admin"]})
     state: str = field("active, or pending to wait for approval.", "active", schema={"enum": ["active", "pending"]})
@@ -217,7 +218,8 @@ class LimitsInfo:
 class LimitsSet:
     """Change some limits of a scope; fields left out keep their value, null removes one."""
 
-    scope: str = field("org:NAME, team:ORG/TEAM, project:PATH, user:EMAIL or key:ID.")
+    scope: str = field("org:NAME, team:ORG/TEAM, project:PATH, user:EMAIL or key:ID.",
+                       schema={"pattern": "^(org|team|project|user|key):.+$"})
     rpm: int | None = field("Requests a minute.", UNSET)
     tpm: int | None = field("Tokens a minute.", UNSET)
     budget_micros: int | None = field("Money per period, in millionths of the currency.", UNSET)

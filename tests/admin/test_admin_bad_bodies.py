@@ -63,6 +63,10 @@ async def test_a_body_the_document_refuses_the_server_refuses(admin, route):
             bad_bodies.append(f'{{"{name}": "no-such-choice"}}'.encode())
         if "minimum" in prop:
             bad_bodies.append(f'{{"{name}": {prop["minimum"] - 1}}}'.encode())
+        if prop.get("minLength"):
+            bad_bodies.append(f'{{"{name}": ""}}'.encode())
+        if prop.get("pattern", "").startswith("^(org|"):
+            bad_bodies.append(f'{{"{name}": "galaxy:far-away"}}'.encode())
     if schema.get("additionalProperties") is False:
         bad_bodies.append(b'{"no_such_field_anywhere": 1}')
     for raw in bad_bodies:
