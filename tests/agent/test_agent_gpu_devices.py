@@ -15,6 +15,9 @@ DATA = os.path.join(os.path.dirname(__file__), "discovery", "data")
 def _smi(args):
     if args == ["-L"]:
         return open(os.path.join(DATA, "smi_a100x2_mig.L.txt")).read()
+    if args[0] == "mig":  # -lgi, -lci: the fixtures' notes are "#" lines, which nvidia-smi never prints
+        with open(os.path.join(DATA, f"smi_a100x2_mig.{args[1][1:]}.txt")) as f:
+            return "".join(line for line in f if not line.startswith("#"))
     fields = None
     rows = []
     for line in open(os.path.join(DATA, "smi_a100x2_mig.csv")):
