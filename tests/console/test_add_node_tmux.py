@@ -86,7 +86,7 @@ def test_add_a_node_shows_a_join_line_and_runs_node_add_with_its_steps(tmp_path,
         tmux("send-keys", "-t", "console", "-l", "root@127.0.0.1")
         tmux.keys("Enter", "BSpace", "BSpace")
         tmux("send-keys", "-t", "console", "-l", str(port))
-        tmux.keys("Enter", "Enter", "Enter", "Enter")
+        tmux.keys("Enter", "Enter", "Enter", "Enter", "Enter", "Enter")  # key, options, name, under; Add
         shown = tmux.wait_for("Refused", timeout=30)
         assert f"cannot reach root@127.0.0.1 (port {port})" in shown.replace("\n", " ") or \
             "cannot reach root@127.0.0.1" in shown, shown

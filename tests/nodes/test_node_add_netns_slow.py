@@ -135,6 +135,37 @@ def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
 
 
+class Screen:
+    """The console in a tmux session of its own, 120x45: send-keys to type, capture-pane to read."""
+
+    def __init__(self) -> None:
+        self.base = ["tmux", "-L", f"llmgwt-netns-{os.getpid()}"]
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run([*self.base, *args], capture_output=True, text=True, check=True, timeout=20).stdout
+
+    def text(self) -> str:
+        return self("capture-pane", "-p", "-t", "console")
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        for key in keys:
+            self("send-keys", "-t", "console", *(["-l"] if literal else []), key)
+            time.sleep(0.15)
+
+    def wait_for(self, text: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        shown = ""
+        while time.monotonic() < deadline:
+            shown = self.text()
+            if text in shown:
+                return shown
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} never showed; the screen was:\n{shown}")
+
+    def close(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True, check=False)
+
+
 class Machine:
     """One namespace and the --root its llmgw lives under."""
 
@@ -247,9 +278,8 @@ def test_three_machines_init_node_add_join_spread_doctor_and_wipe(hosts, pyz):
     assert "node node-a left the cluster, its certificate is revoked" in wiped.stdout, wiped.stdout
     assert tree(a.root) == [], tree(a.root)
     assert not Path(f"/proc/{agent_pid}").exists() or "Z" in Path(f"/proc/{agent_pid}/stat").read_text().split()[2]
-    nodes = json.loads(ctl("nodes", "--json").stdout)
-    listed = [n.get("id") or n.get("name") for n in (nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes)]
-    assert "node-a" not in listed and "node-b" in listed, nodes
+    listed = [n["id"] for n in json.loads(ctl("nodes", "--json").stdout)["nodes"]]
+    assert listed == ["node-b"], listed
     audit = ctl("audit", "--json").stdout
     assert "nodes.leave" in audit and "node:node-a" in audit
     replicas = json.loads(ctl("replicas", "--json").stdout)["replicas"]
@@ -274,3 +304,37 @@ def test_three_machines_init_node_add_join_spread_doctor_and_wipe(hosts, pyz):
         "asyncio.run(main())\n")
     refused = sh(PY, "-c", dial, ns="a", check=False)
     assert "revoked" in refused.stdout, refused.stdout + refused.stderr
+
+    # 7. Node a back, from the console's Do → Add a node over SSH (node add's own code), with a new code.
+    if shutil.which("tmux") is None:
+        return
+    screen = Screen()
+    try:
+        console = (f"cd {ROOT} && exec ip netns exec {NS['cp']} {PY} -m llmgw console --admin http://127.0.0.1:9090 "
+                   f"--token-file {token} --actor tmux")
+        screen("new-session", "-d", "-s", "console", "-x", "120", "-y", "45", console)
+        screen.wait_for("nodes: 1 ready")
+        for _ in range(30):
+            screen.keys("Down")
+            if "Two ways to make a machine a node" in screen.text():
+                break
+        screen.keys("Right", "Enter")
+        screen.wait_for("Add a machine over SSH")
+        screen.keys("Down", "Enter")
+        screen.wait_for("[user@]host, as ssh takes it")
+        screen.keys(f"root@{ADDR['a']}", literal=True)
+        screen.keys("Enter", "BSpace", "BSpace")
+        for value in (str(SSH_PORT), str(key), f"UserKnownHostsFile={known}", "node-a"):
+            screen.keys(value, literal=True)
+            screen.keys("Enter")
+        screen.keys("BSpace")
+        screen.keys(str(a.root), literal=True)
+        screen.keys("Enter", "Enter")
+        screen.wait_for("Node node-a is ready", timeout=120)
+        screen.keys("Enter")
+        shown = screen.wait_for("The last node add")
+        assert f"checking root@{ADDR['a']} (port {SSH_PORT})" in shown, shown
+    finally:
+        screen.close()
+    listed = [n["id"] for n in json.loads(ctl("nodes", "--json").stdout)["nodes"]]
+    assert sorted(listed) == ["node-a", "node-b"]

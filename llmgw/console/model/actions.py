@@ -62,7 +62,8 @@ class Actions:
         return await self._call(("nodes",), "POST", "/nodes/join-codes", body)
 
     async def add_node_over_ssh(self, target: str, *, port: int = 22, identity: str = "", name: str = "",
-                                root: str = "/", say: Callable[[str], None]) -> dict[str, Any]:
+                                ssh_options: list[str] | None = None, root: str = "/",
+                                say: Callable[[str], None]) -> dict[str, Any]:
         """`llmgw node add` itself, run from the console: `say` is told each step as it happens (in a
         thread; ssh runs meanwhile). A failure is an AdminError in node add's own words."""
         from llmgw.nodes.ssh_add import AddError, add_node
@@ -80,7 +81,8 @@ class Actions:
 
         try:
             return await asyncio.to_thread(
-                add_node, target, port=port, identity=identity or None, name=name, root=root, say=say,
+                add_node, target, port=port, identity=identity or None, ssh_options=ssh_options or (), name=name,
+                root=root, say=say,
                 make_code=lambda node: call("POST", "/nodes/join-codes", {"ttl": "15m", "name": node}),
                 get_node=get_node)
         except AddError as exc:

@@ -70,7 +70,11 @@ class AddNodeView(TextView):
                             hint="[user@]host, as ssh takes it"),
                   TextField("port", "SSH port", "22", whole("SSH port", minimum=1)),
                   TextField("identity", "Key file", "", hint="empty: your ssh agent and ~/.ssh/config"),
-                  TextField("name", "Node name", "", hint="empty: the machine's short host name")]
+                  TextField("options", "SSH options", "", hint="as ssh -o takes them, like ProxyJump=bastion; "
+                            "spaces between"),
+                  TextField("name", "Node name", "", hint="empty: the machine's short host name"),
+                  TextField("root", "Install under", "/", text("Install under", required=True),
+                            hint="/ on a real machine; a folder to keep it apart")]
         self.app.form("Add a machine over SSH", fields, self.start, apply_label="Add",
                       intro=["The machine needs root (or sudo without a password), Linux and Python 3.10–3.13."])
 
@@ -84,7 +88,9 @@ class AddNodeView(TextView):
             loop.call_soon_threadsafe(self._said, line)
 
         call = self.actions.add_node_over_ssh(values["target"], port=values["port"] or 22,
-                                              identity=values["identity"] or "", name=values["name"] or "", say=say)
+                                              identity=values["identity"] or "", name=values["name"] or "",
+                                              ssh_options=(values["options"] or "").split(),
+                                              root=values["root"] or "/", say=say)
         self.app.run(self._follow(call), self.done, busy=f"adding {values['target']}…")
 
     async def _follow(self, call: Any) -> dict[str, Any]:
