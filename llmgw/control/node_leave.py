@@ -72,6 +72,7 @@ class NodeLeave:
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
+        self._last = RevocationList()  #: the last list read, used while the store cannot be read
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post(LEAVE_PATH, self.handle)]
@@ -82,8 +83,13 @@ class NodeLeave:
         return dict(value) if isinstance(value, dict) else {}
 
     async def revocations(self) -> RevocationList:
-        """What the agent port refuses: every certificate of a node that left."""
-        return RevocationList(serials=list((await self.revoked()).keys()))
+        """What the agent port refuses: every certificate of a node that left. While the store cannot be
+        read, the last list read stands, so agents still register through a store outage."""
+        try:
+            self._last = RevocationList(serials=list((await self.revoked()).keys()))
+        except Exception as exc:  # noqa: BLE001 - any store failure: keep admitting by the last list
+            log.warning("revoked node certificates not read; using the last list read: %s", exc)
+        return self._last
 
     async def handle(self, request: web.Request) -> web.Response:
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None

@@ -96,3 +96,18 @@ async def test_no_control_plane_heard_names_the_command_that_removes_the_node(tm
     assert not told
     assert said.startswith("no control plane heard that node node-a leaves (127.0.0.1:")
     assert said.endswith("remove it there with `llmgw ctl node remove node-a`")
+
+
+async def test_while_the_store_cannot_be_read_the_last_revocations_stand(tmp_path):
+    from llmgw.control.node_leave import NodeLeave
+
+    class Plane:  # what NodeLeave reads of a control plane here: its store
+        def __init__(self, store) -> None:
+            self.store = store
+
+    store = await open_store(f"sqlite:///{tmp_path}/store.db")
+    await store.set_setting(REVOKED_SETTING, {"1f": {"node": "gone", "at": "2026-01-01T00:00:00+00:00"}}, actor="t")
+    leave = NodeLeave(Plane(store))
+    assert (await leave.revocations()).serials == frozenset({0x1F})
+    await store.close()  # from here every read fails
+    assert (await leave.revocations()).serials == frozenset({0x1F})
