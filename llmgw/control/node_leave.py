@@ -102,11 +102,14 @@ class NodeLeave:
             leader = plane.leadership.leader
             return _error(409, f"this control plane is a standby; the leader is {leader or 'not known yet'}")
         serial = f"{cert.serial_number:x}"
-        revoked = await self.revoked()
         actor = f"node:{node}"
-        if serial not in revoked:
-            revoked[serial] = {"node": node, "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-            await plane.store.set_setting(REVOKED_SETTING, revoked, actor=actor)
+        try:  # revoked first: nothing is forgotten unless the certificate stays out
+            revoked = await self.revoked()
+            if serial not in revoked:
+                revoked[serial] = {"node": node, "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                await plane.store.set_setting(REVOKED_SETTING, revoked, actor=actor)
+        except Exception as exc:  # noqa: BLE001 - a store that refuses: said, nothing changed
+            return _error(503, f"the store cannot record the revocation now ({exc}); nothing was changed, try again")
         session = plane.endpoint.sessions.get(node)
         if session is not None:
             await session.close("the node left the cluster (llmgw wipe)")
