@@ -108,7 +108,7 @@ class AddNodeView(TextView):
         self.app.redraw()
 
     def done(self, node: dict[str, Any]) -> None:
-        self.app.show(f"Node {node['id']} is ready", [*self.progress, "", "It is in Fleet → Nodes now."])
+        self.app.show(f"Node {node['id']} is ready", [*self.progress, "", "It is in Watch → Nodes now."])
 
 
 class RestartAllView(TextView):
