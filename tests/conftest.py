@@ -206,13 +206,13 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(autouse=True)
-def _key_hash_secret_out_of_var_lib(monkeypatch, tmp_path_factory) -> None:
+def _key_hash_secret_out_of_var_lib(monkeypatch, tmp_path) -> None:
     """In-process servers whose server.yaml keeps the default admin_token_file would make
-    their key-hash secret in /var/lib/llmgw; a test's go to a folder of the run instead."""
+    their key-hash secret in /var/lib/llmgw; a test's go to a folder of that test instead."""
     from llmgw.auth import key_hash
 
     real = key_hash.secret_path
-    folder = tmp_path_factory.getbasetemp() / "var-lib-llmgw"
+    folder = tmp_path / "var-lib-llmgw"
 
     def redirected(config):
         path = real(config)
