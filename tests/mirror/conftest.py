@@ -322,7 +322,10 @@ def certs(tmp_path_factory) -> dict[str, str]:
                    .not_valid_after(now + datetime.timedelta(days=1))
                    .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                    .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
-                                                         else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
+                                                         else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                   # Python 3.13 verifies strictly (VERIFY_X509_STRICT): a certificate names its issuer's key.
+                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+                                  critical=False))
         if server:
             builder = builder.add_extension(x509.SubjectAlternativeName(
                 [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
@@ -338,6 +341,7 @@ def certs(tmp_path_factory) -> dict[str, str]:
                 .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
                                              data_encipherment=False, key_agreement=False, key_cert_sign=True,
                                              crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
                 .sign(key, hashes.SHA256()))
         return cert, key
 
