@@ -223,15 +223,17 @@ class Portal:
     def same_origin(self, request: web.Request) -> bool:
         """False when the browser says the form was sent from another site.
 
-        Browsers send ``Sec-Fetch-Site`` and ``Origin`` on every form post;
-        a request without either (curl, an old browser) is judged by its
-        CSRF token alone.
+        Browsers send ``Sec-Fetch-Site`` on every form post, and it is what
+        counts when present. Without it, an ``Origin`` naming another site
+        refuses the form; ``Origin: null`` says nothing (our own pages send
+        it, as their Referrer-Policy is no-referrer). A request with neither
+        (curl, an old browser) is judged by its CSRF token alone.
         """
         site = request.headers.get("Sec-Fetch-Site", "").strip().lower()
-        if site and site not in ("same-origin", "none"):
-            return False
+        if site:
+            return site in ("same-origin", "none")
         origin = request.headers.get("Origin", "").strip()
-        if origin:
+        if origin and origin != "null":
             return origin.lower() == self.base_url(request).lower()
         return True
 
@@ -240,7 +242,9 @@ class Portal:
         403 when it comes from another site or its CSRF token is missing or
         not this session's (before sign-in: this browser's)."""
         if not self.same_origin(request):
-            log.info("form refused: sent from another site", extra={"fields": {"path": request.path}})
+            log.info("form refused: sent from another site", extra={"fields": {
+                "path": request.path, "origin": request.headers.get("Origin", "")[:200],
+                "sec_fetch_site": request.headers.get("Sec-Fetch-Site", "")[:40], "portal": self.base_url(request)}})
             return await self.error(request, 403, "error.csrf")
         if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
             return await self.error(request, 413, "error.too_big")
