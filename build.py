@@ -168,7 +168,11 @@ def _build(arch: str) -> int:
     if arch == host_arch():
         default = ROOT / "dist" / "llmgw.pyz"
         tmp = default.with_suffix(".tmp")
-        shutil.copy2(output, tmp)
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(output, tmp)  # the same file under a second name
+        except OSError:
+            shutil.copy2(output, tmp)
         tmp.replace(default)
         print(f"and as {default.relative_to(ROOT)} (this machine's kind)")
     return 0
