@@ -14,28 +14,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-# What the file is made from: dist/llmgw.pyz newer than all of it is reused.
-SOURCES = ("llmgw", "plugins", "docs", "setup.cfg", "constraints.txt", "build.py", "zipapp_boot.py")
-
-
-def _newest_source() -> float:
-    newest = 0.0
-    for name in SOURCES:
-        top = ROOT / name
-        for path in [top] if top.is_file() else top.rglob("*"):
-            if path.is_file() and "__pycache__" not in path.parts and ".egg-info" not in str(path):
-                newest = max(newest, path.stat().st_mtime)
-    return newest
 
 
 @pytest.fixture(scope="session")
 def pyz():
-    path = ROOT / "dist" / "llmgw.pyz"
-    if not path.exists() or path.stat().st_mtime < _newest_source():
-        built = subprocess.run([sys.executable, str(ROOT / "build.py")], cwd=ROOT, capture_output=True, text=True)
-        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    assert path.exists()
-    return path
+    from llmgw.testing.zipapp import fresh_pyz
+
+    return fresh_pyz()
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PYZ = ROOT / "dist" / "llmgw.pyz"
-SOURCES = ("llmgw", "plugins", "setup.cfg", "constraints.txt", "build.py", "shiv.toml", "zipapp_boot.py")
+SOURCES = ("llmgw", "plugins", "docs", "setup.cfg", "constraints.txt", "build.py", "zipapp_boot.py")
 
 
 def newest_source(root: Path = ROOT) -> float:
