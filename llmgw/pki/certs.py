@@ -195,18 +195,18 @@ def validate_node_id(node_id: str, *, what: str = "node id") -> str:
     return node_id
 
 
-def _issue(
-    ca_dir: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    stem: str,
+def sign_leaf(
+    ca_cert: x509.Certificate,
+    ca_key,
+    *,
     cn: str,
+    public,
     usage: x509.ObjectIdentifier,
-    sans: list[x509.GeneralName],
+    sans: list[x509.GeneralName] | None = None,
     days: int,
-) -> IssuedFiles:
-    _check_days(days)
-    ca_cert, ca_key = _load_ca(Path(ca_dir))
-    key = ec.generate_private_key(ec.SECP256R1())
+) -> x509.Certificate:
+    """A certificate for `public` named `cn`, signed by the CA, for one use (server or client
+    authentication), living `days` but never past the CA itself."""
     now = _now()
     not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
@@ -214,7 +214,7 @@ def _issue(
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
         .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
+        .public_key(public)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(not_after)
@@ -228,14 +228,29 @@ def _issue(
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
         )
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
+    return builder.sign(ca_key, hashes.SHA256())
+
+
+def _issue(
+    ca_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    stem: str,
+    cn: str,
+    usage: x509.ObjectIdentifier,
+    sans: list[x509.GeneralName],
+    days: int,
+) -> IssuedFiles:
+    _check_days(days)
+    ca_cert, ca_key = _load_ca(Path(ca_dir))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = sign_leaf(ca_cert, ca_key, cn=cn, public=key.public_key(), usage=usage, sans=sans, days=days)
 
     out = Path(out_dir)
     _make_dir(out)

@@ -9,7 +9,6 @@ cannot ask for a server certificate or another node's name.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 
 import attrs
@@ -18,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from llmgw.pki.certs import LEAF_DAYS, PkiError, _BACKDATE, _load_ca, _now, validate_node_id
+from llmgw.pki.certs import LEAF_DAYS, PkiError, _load_ca, sign_leaf, validate_node_id
 
 __all__ = ["NodeRequest", "make_node_request", "issue_from_request", "ca_fingerprint_of_pem"]
 
@@ -63,31 +62,7 @@ def issue_from_request(
     if not isinstance(public, ec.EllipticCurvePublicKey) or public.curve.name != "secp256r1":
         raise PkiError("the signing request's key must be ECDSA P-256, as `llmgw join` makes")
     ca_cert, ca_key = _load_ca(Path(ca_dir))
-    now = _now()
-    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
-    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_id)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(public)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                crl_sign=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    cert = sign_leaf(ca_cert, ca_key, cn=node_id, public=public, usage=ExtendedKeyUsageOID.CLIENT_AUTH, days=days)
     return cert.public_bytes(serialization.Encoding.PEM), ca_cert.public_bytes(serialization.Encoding.PEM)
 
 
