@@ -31,7 +31,7 @@ def closed_port() -> int:
 def open_add_a_node(tmux) -> str:  # noqa: F811
     for _ in range(30):
         tmux.keys("Down")
-        if "Two ways to make a machine a node" in tmux.screen():
+        if "Two ways to make a machine a node" in tmux.text():
             break
     return tmux.wait_for("Two ways to make a machine a node")
 
@@ -51,7 +51,7 @@ def test_add_a_node_shows_a_join_line_and_runs_node_add_with_its_steps(tmp_path,
         command = (f"cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m llmgw console "
                    f"--admin {live.url} --token-file {shlex.quote(str(token))} --actor tmux "
                    f"2>{shlex.quote(str(tmp_path / 'stderr'))}; sleep 60")
-        tmux("new-session", "-d", "-s", "console", "-x", "120", "-y", "45", command)
+        tmux.start(command, width=120, height=45)
         tmux.wait_for("nodes: 1 ready")
         shown = open_add_a_node(tmux)
         assert "llmgw join CODE" in shown and "Type [user@]host" in shown
@@ -83,9 +83,9 @@ def test_add_a_node_shows_a_join_line_and_runs_node_add_with_its_steps(tmp_path,
         tmux.wait_for("Add a machine over SSH")
         tmux.keys("Down", "Enter")
         tmux.wait_for("[user@]host, as ssh takes it")
-        tmux("send-keys", "-t", "console", "-l", "root@127.0.0.1")
+        tmux.keys("root@127.0.0.1", literal=True)
         tmux.keys("Enter", "BSpace", "BSpace")
-        tmux("send-keys", "-t", "console", "-l", str(port))
+        tmux.keys(str(port), literal=True)
         tmux.keys("Enter", "Enter", "Enter", "Enter", "Enter", "Enter")  # key, options, name, under; Add
         shown = tmux.wait_for("Refused", timeout=30)
         assert f"cannot reach root@127.0.0.1 (port {port})" in shown.replace("\n", " ") or \

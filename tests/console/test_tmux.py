@@ -8,15 +8,13 @@ with capture-pane. Without tmux it is skipped, except under CI, where
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from tmux_screen import tmux_screen
 
 from llmgw.admin.testing import FakeCluster, LiveAdmin, gpu_node
 
@@ -27,41 +25,10 @@ QWEN = {"name": "qwen-small", "owner": "team:acme/ml", "profiles": [{"engine": "
         "scaling": {"min": 1, "max": 2}}
 
 
-class Tmux:
-    def __init__(self, socket: str) -> None:
-        self.base = ["tmux", "-L", socket]
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run([*self.base, *args], capture_output=True, text=True, check=True, timeout=20).stdout
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "console")
-
-    def keys(self, *keys: str) -> None:
-        for key in keys:
-            self("send-keys", "-t", "console", key)
-            time.sleep(0.15)
-
-    def wait_for(self, text: str, timeout: float = 20) -> str:
-        deadline = time.monotonic() + timeout
-        shown = ""
-        while time.monotonic() < deadline:
-            shown = self.screen()
-            if text in shown:
-                return shown
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} never showed; the screen was:\n{shown}")
-
-
 @pytest.fixture
 def tmux():
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is not installed; .ci/run installs it")
-        pytest.skip("tmux is not installed (apt-get install tmux); the console's terminal test needs it")
-    t = Tmux(f"llmgw-console-test-{os.getpid()}")
-    yield t
-    subprocess.run([*t.base, "kill-server"], capture_output=True, check=False)
+    with tmux_screen("llmgw-console-test", "console") as screen:
+        yield screen
 
 
 def test_the_console_in_a_terminal_opens_models_scales_one_and_overview_shows_it(tmp_path, tmux):
@@ -73,7 +40,7 @@ def test_the_console_in_a_terminal_opens_models_scales_one_and_overview_shows_it
         command = (f"cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m llmgw console "
                    f"--admin {live.url} --token-file {shlex.quote(str(token))} --actor tmux "
                    f"2>{shlex.quote(str(tmp_path / 'stderr'))}; echo $? > {shlex.quote(str(done))}; sleep 60")
-        tmux("new-session", "-d", "-s", "console", "-x", "120", "-y", "40", command)
+        tmux.start(command, width=120, height=40)
 
         shown = tmux.wait_for("nodes: 2 ready")
         assert "llmgw console" in shown.splitlines()[0] and live.url in shown.splitlines()[0]

@@ -6,13 +6,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from tmux_screen import Screen, tmux_screen
 
 from llmgw.cli.main import main
 from llmgw.config import load_agent_config, load_server_config
@@ -23,45 +22,18 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # real inits: key pairs, the store's migrations, argon2
 
 
-class Terminal:
-    """A tmux session of its own, 120x40: type with send-keys, read with capture-pane."""
-
-    def __init__(self, name: str) -> None:
-        self.base = ["tmux", "-L", name]
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run([*self.base, *args], capture_output=True, text=True, check=True, timeout=20).stdout
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-J", "-S", "-200", "-t", "init")
-
-    def wait_for(self, text: str, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        shown = ""
-        while time.monotonic() < deadline:
-            shown = self.screen()
-            if text in shown:
-                return shown
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} never showed; the screen was:\n{shown}")
-
-    def answer(self, question: str, text: str) -> None:
-        self.wait_for(question)
-        if text:
-            self("send-keys", "-t", "init", "-l", text)
-        self("send-keys", "-t", "init", "Enter")
-        time.sleep(0.2)
+def answer(terminal: Screen, question: str, text: str) -> None:
+    """Once `question` shows, type `text` (nothing: the default) and Enter."""
+    terminal.wait_for(question)
+    if text:
+        terminal.keys(text, literal=True)
+    terminal.keys("Enter")
 
 
 @pytest.fixture
 def terminal():
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is not installed; .ci/run installs it")
-        pytest.skip("tmux is not installed (apt-get install tmux)")
-    t = Terminal(f"llmgw-init-test-{os.getpid()}")
-    yield t
-    subprocess.run([*t.base, "kill-server"], capture_output=True, check=False)
+    with tmux_screen("llmgw-init-test", "init", scrollback=200, pause=0.2) as screen:
+        yield screen
 
 
 def test_the_form_asks_each_field_on_a_terminal_and_writes_what_was_answered(tmp_path, terminal):
@@ -69,20 +41,20 @@ def test_the_form_asks_each_field_on_a_terminal_and_writes_what_was_answered(tmp
     done = tmp_path / "exit-status"
     command = (f"cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m llmgw server init "
                f"--root {shlex.quote(str(root))} --no-start; echo $? > {shlex.quote(str(done))}; sleep 30")
-    terminal("new-session", "-d", "-s", "init", "-x", "120", "-y", "40", command)
+    terminal.start(command, width=120, height=40)
     shown = terminal.wait_for("Enter keeps the default in [brackets].")
-    terminal.answer("Names and addresses", "cp1.example.com, 192.0.2.10")
-    terminal.answer("Administrator's email", "ops@example.com")
-    terminal.answer("Their first password", "a-long-first-password-7")  # not echoed
-    terminal.answer("Store", "")  # the default: SQLite in the layout
-    terminal.answer("Mirror", "")
-    terminal.answer("Is this machine a node too", "yes")
-    terminal.answer("Its node id", "cp1")
-    terminal.answer("First model", "")  # the default with a node: sim
+    answer(terminal, "Names and addresses", "cp1.example.com, 192.0.2.10")
+    answer(terminal, "Administrator's email", "ops@example.com")
+    answer(terminal, "Their first password", "a-long-first-password-7")  # not echoed
+    answer(terminal, "Store", "")  # the default: SQLite in the layout
+    answer(terminal, "Mirror", "")
+    answer(terminal, "Is this machine a node too", "yes")
+    answer(terminal, "Its node id", "cp1")
+    answer(terminal, "First model", "")  # the default with a node: sim
     deadline = time.monotonic() + 60
     while not done.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    shown = terminal.screen()
+    shown = terminal.text()
     assert done.exists() and done.read_text().strip() == "0", shown
     assert "a-long-first-password-7" not in shown
     assert "Installed; nothing started (--no-start)." in shown

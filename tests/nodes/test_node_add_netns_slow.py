@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tmux_screen import Screen
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable  # the test's own Python: the openai SDK
@@ -133,37 +134,6 @@ def start_sshd() -> tuple[Path, Path]:
 
 def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
-
-
-class Screen:
-    """The console in a tmux session of its own, 120x45: send-keys to type, capture-pane to read."""
-
-    def __init__(self) -> None:
-        self.base = ["tmux", "-L", f"llmgwt-netns-{os.getpid()}"]
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run([*self.base, *args], capture_output=True, text=True, check=True, timeout=20).stdout
-
-    def text(self) -> str:
-        return self("capture-pane", "-p", "-t", "console")
-
-    def keys(self, *keys: str, literal: bool = False) -> None:
-        for key in keys:
-            self("send-keys", "-t", "console", *(["-l"] if literal else []), key)
-            time.sleep(0.15)
-
-    def wait_for(self, text: str, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        shown = ""
-        while time.monotonic() < deadline:
-            shown = self.text()
-            if text in shown:
-                return shown
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} never showed; the screen was:\n{shown}")
-
-    def close(self) -> None:
-        subprocess.run([*self.base, "kill-server"], capture_output=True, check=False)
 
 
 class Machine:
@@ -308,11 +278,11 @@ def test_three_machines_init_node_add_join_spread_doctor_and_wipe(hosts, pyz):
     # 7. Node a back, from the console's Do → Add a node over SSH (node add's own code), with a new code.
     if shutil.which("tmux") is None:
         return
-    screen = Screen()
+    screen = Screen(f"llmgwt-netns-{os.getpid()}", "console")
     try:
         console = (f"cd {ROOT} && exec ip netns exec {NS['cp']} {PY} -m llmgw console --admin http://127.0.0.1:9090 "
                    f"--token-file {token} --actor tmux")
-        screen("new-session", "-d", "-s", "console", "-x", "120", "-y", "45", console)
+        screen.start(console, width=120, height=45)
         screen.wait_for("nodes: 1 ready")
         for _ in range(30):
             screen.keys("Down")
