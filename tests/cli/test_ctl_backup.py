@@ -6,16 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
-from test_ctl_cluster import ok, ok_json
-
-from llmgw.admin.testing import LiveAdmin
+from ctl_live import ctl_against, ok, ok_json
 
 
 @pytest.fixture
 def live(tmp_path, monkeypatch):
-    with LiveAdmin(tmp_path) as server:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", server.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", server.TOKEN)
+    with ctl_against(tmp_path, monkeypatch) as server:
         yield server
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from ctl_live import ctl, ctl_against, ok, ok_json, refused
 
-from llmgw.admin.testing import FakeCluster, LiveAdmin, free_port, gpu_node
-from llmgw.cli.main import main
+from llmgw.admin.testing import FakeCluster, free_port, gpu_node
 
 QWEN = {"name": "qwen-small", "owner": "team:acme/ml", "profiles": [{"engine": "sim", "gpus": 1}],
         "scaling": {"min": 1, "max": 2}}
@@ -16,34 +14,8 @@ QWEN = {"name": "qwen-small", "owner": "team:acme/ml", "profiles": [{"engine": "
 @pytest.fixture
 def live(tmp_path, monkeypatch):
     cluster = FakeCluster(nodes=[gpu_node("gpu-a-01"), gpu_node("gpu-a-02")], models=[QWEN])
-    with LiveAdmin(tmp_path, cluster=cluster) as server:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", server.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", server.TOKEN)
+    with ctl_against(tmp_path, monkeypatch, cluster=cluster) as server:
         yield server
-
-
-def ctl(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["ctl", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def ok(capsys, *argv: str) -> str:
-    code, out, err = ctl(capsys, *argv)
-    assert code == 0, err
-    return out
-
-
-def ok_json(capsys, *argv: str):
-    return json.loads(ok(capsys, *argv, "--json"))
-
-
-def refused(capsys, *argv: str) -> str:
-    code, out, err = ctl(capsys, *argv)
-    assert code == 2, (out, err)
-    lines = [line for line in err.splitlines() if "level=" not in line]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def test_status_describes_nodes_models_and_replicas(capsys, live):
@@ -127,9 +99,7 @@ def test_explain_placement(capsys, live):
 
 
 def test_without_a_cluster_the_501_is_printed(capsys, tmp_path, monkeypatch):
-    with LiveAdmin(tmp_path) as server:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", server.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", server.TOKEN)
+    with ctl_against(tmp_path, monkeypatch) as server:
         code, _, err = ctl(capsys, "nodes")
         assert code == 1 and "runs no scheduler" in err
         assert "scheduler: this control plane runs no scheduler" in ok(capsys, "status")

@@ -5,24 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from ctl_live import ctl, ctl_against
 
-from llmgw.admin.testing import FakeCluster, LiveAdmin, gpu_node
-from llmgw.cli.main import main
+from llmgw.admin.testing import FakeCluster, gpu_node
 
 
 @pytest.fixture
 def live(tmp_path, monkeypatch):
     cluster = FakeCluster(nodes=[gpu_node("gpu-a-01"), gpu_node("gpu-a-02")])
-    with LiveAdmin(tmp_path, cluster=cluster) as server:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", server.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", server.TOKEN)
+    with ctl_against(tmp_path, monkeypatch, cluster=cluster) as server:
         yield server
-
-
-def ctl(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["ctl", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_engines_lists_each_nodes_engines_with_versions(capsys, live):

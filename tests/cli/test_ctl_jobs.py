@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 import attrs
-from test_ctl_cluster import ctl, live, ok, ok_json, refused  # noqa: F401 - live is a fixture
+from ctl_live import ctl, ok, ok_json, refused
+from test_ctl_cluster import live  # noqa: F401 - the fixture
 
 from llmgw.admin.cluster_types import JobInfo, JobStep
 from llmgw.cli import ctl_jobs

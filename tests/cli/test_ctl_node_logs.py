@@ -7,9 +7,9 @@ import sys
 
 import attrs
 import pytest
+from ctl_live import ctl, ctl_against
 
-from llmgw.admin.testing import FakeCluster, LiveAdmin, gpu_node
-from llmgw.cli.main import main
+from llmgw.admin.testing import FakeCluster, gpu_node
 
 LOG = [
     'ts=2025-03-10T12:00:00.000Z level=info logger=llmgw.agent msg="agent started"',
@@ -24,17 +24,9 @@ def live(tmp_path, monkeypatch):
     cluster = FakeCluster(nodes=[gpu_node("gpu-a-01"), attrs.evolve(gpu_node("gpu-b-01"), state="disconnected")])
     cluster.logs[("gpu-a-01", "")] = list(LOG)
     cluster.logs[("gpu-a-01", "qwen-0001")] = ["INFO 03-10 12:00:00 [api_server.py:1] up"]
-    with LiveAdmin(tmp_path, cluster=cluster) as server:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", server.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", server.TOKEN)
+    with ctl_against(tmp_path, monkeypatch, cluster=cluster) as server:
         monkeypatch.delenv("NO_COLOR", raising=False)
         yield server
-
-
-def ctl(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["ctl", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_the_lines_are_printed_oldest_first_without_colour_when_not_a_terminal(capsys, live):

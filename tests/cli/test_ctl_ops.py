@@ -9,9 +9,10 @@ import json
 import pathlib
 
 import pytest
-from test_ctl_cluster import QWEN, ctl, ok, ok_json, refused
+from ctl_live import ctl, ctl_against, ok, ok_json, refused
+from test_ctl_cluster import QWEN
 
-from llmgw.admin.testing import FakeCluster, LiveAdmin
+from llmgw.admin.testing import FakeCluster
 from llmgw.store import UsageRow
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -19,9 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def live(tmp_path, monkeypatch):
-    with LiveAdmin(tmp_path, cluster=FakeCluster(models=[QWEN])) as server:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", server.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", server.TOKEN)
+    with ctl_against(tmp_path, monkeypatch, cluster=FakeCluster(models=[QWEN])) as server:
         yield server
 
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_ctl_cluster import ok, ok_json, refused
-
-from llmgw.admin.testing import LiveAdmin
+from ctl_live import ctl_against, ok, ok_json, refused
 
 SERVER_YAML = """\
 # The control plane.
@@ -31,9 +29,7 @@ def live(tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_STORE_DSN", f"{tmp_path}/store.db")
     path = tmp_path / "server.yaml"
     path.write_text(SERVER_YAML, encoding="utf-8")
-    with LiveAdmin(tmp_path, config_path=path) as server:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", server.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", server.TOKEN)
+    with ctl_against(tmp_path, monkeypatch, config_path=path) as server:
         server.path = path
         yield server
 

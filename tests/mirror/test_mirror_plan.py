@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from ctl_live import ctl_against
 
 gguf = pytest.importorskip("gguf", reason="the gguf package (pip install gguf; llmgw's test extra)")
 
 from llmgw.admin.cluster_types import NodeInfo
 from llmgw.admin.convert import unstructure
-from llmgw.admin.testing import FakeCluster, LiveAdmin, gpu_node
+from llmgw.admin.testing import FakeCluster, gpu_node
 from llmgw.cli.main import main
 from llmgw.mirror import plan
 from llmgw.testing.tiny_gguf import write_tiny_gguf
@@ -146,9 +147,7 @@ def test_large_models_spread_over_cards_then_nodes_and_a_gguf_never_spans_nodes(
 
 def test_ctl_model_plan_on_the_tiny_gguf_says_where_it_fits_and_why(tmp_path, tiny, capsys, monkeypatch):
     cluster = FakeCluster(nodes=[gpu_node("gpu-h100", gpus=8), cpu_node("cpu-01")])
-    with LiveAdmin(tmp_path, cluster=cluster) as live:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", live.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", live.TOKEN)
+    with ctl_against(tmp_path, monkeypatch, cluster=cluster) as live:
         assert main(["ctl", "model", "plan", str(tiny)]) == 0
         out = capsys.readouterr().out
         assert "★ tiny.gguf  F16" in out

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from ctl_live import ctl_against
 
 from llmgw.admin.cluster_types import ModelUpdateInfo, ModelUpdateList
-from llmgw.admin.testing import FakeCluster, LiveAdmin, gpu_node
+from llmgw.admin.testing import FakeCluster, gpu_node
 from llmgw.cli.main import main
 from llmgw.config.server import MirrorConfig
 from llmgw.mirror.serve import ApiState, build_api_app, build_file_app
@@ -112,9 +113,7 @@ def test_ctl_model_updates_lists_them(tmp_path, capsys, monkeypatch):
                                 changed=["tiny-Q4_K_M.gguf"]),
                 ModelUpdateInfo(model="judge", status="up to date", repo="acme/judge")],
         checked_at=dt.datetime(2025, 6, 2, 12, 0, tzinfo=dt.UTC), interval_s=21600.0, via="mirror API")
-    with LiveAdmin(tmp_path, cluster=cluster) as live:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", live.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", live.TOKEN)
+    with ctl_against(tmp_path, monkeypatch, cluster=cluster) as live:
         assert main(["ctl", "model", "updates"]) == 0
         out = capsys.readouterr().out
         assert "through the mirror API" in out

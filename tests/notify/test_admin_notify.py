@@ -6,9 +6,9 @@ import json
 
 import attrs
 import pytest
+from ctl_live import ctl_against
 
 from llmgw.admin import make_admin_app
-from llmgw.admin.testing import LiveAdmin
 from llmgw.cli.main import main
 from llmgw.config.server import BackupConfig
 from llmgw.notify.notifier import Notifier
@@ -106,9 +106,7 @@ def sinks():
 def live(tmp_path, monkeypatch, sinks):
     config = server_config({"url": sinks.url + "/ops", "name": "ops"},
                            {"url": sinks.url + "/services/T/B/key", "kind": "slack", "name": "chat"})
-    with LiveAdmin(tmp_path, config=config) as server:
-        monkeypatch.setenv("LLMGW_ADMIN_URL", server.url)
-        monkeypatch.setenv("LLMGW_ADMIN_TOKEN", server.TOKEN)
+    with ctl_against(tmp_path, monkeypatch, config=config) as server:
         yield server
 
 
