@@ -8,6 +8,9 @@ its API's error shape):
 3. Content-Type: JSON or none at all, else 415;
 4. UTF-8, else 400 `invalid_encoding`;
 5. JSON, nested at most router.clients.max_json_depth deep, else 400;
+   its text Unicode: a lone UTF-16 surrogate written as an escape (`"\\ud800"`
+   without its pair) is a 400 `invalid_encoding` naming the field, as the
+   Anthropic API refuses it (such text cannot be sent on to an engine);
 6. an object that fits the operation's schema (llmgw.router.request_schemas),
    else 400 with the field in `param`.
 """
@@ -15,6 +18,7 @@ its API's error shape):
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from aiohttp import web
@@ -77,7 +81,41 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
         raise bad_request(f"the request body is not valid JSON ({_first_line(exc)})", code="invalid_json") from None
     if depth_over(value, max_depth):
         raise _too_deep(max_depth)
+    if _SURROGATE_ESCAPE.search(text) and (where := lone_surrogate_at(value)) is not None:
+        raise bad_request(f"{where or 'the body'}: the text holds a lone UTF-16 surrogate (a \\udXXX escape "
+                          "without its pair), which is not Unicode; send the character itself, or both halves "
+                          "of its pair", param=where or None, code="invalid_encoding")
     return value
+
+
+#: A JSON escape of a UTF-16 surrogate; only a body holding one is walked for a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate_at(value: Any) -> str | None:
+    """The path (`messages[0].content`, `metadata.user_id`) of the first key or text holding a lone
+    surrogate ('' for the body itself), or None; walked without recursion."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return path
+        elif isinstance(item, dict):
+            for key, child in reversed(list(item.items())):
+                where = f"{path}.{key}" if path else str(key)
+                if _SURROGATE.search(key):
+                    return _printable(where)
+                stack.append((child, where))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in reversed(list(enumerate(item))))
+    return None
+
+
+def _printable(path: str) -> str:
+    """A path that can itself be put in an answer: its surrogates as \\udXXX."""
+    return path.encode("utf-8", "backslashreplace").decode("ascii", "replace") if _SURROGATE.search(path) else path
 
 
 def _first_line(exc: Exception) -> str:

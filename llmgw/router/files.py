@@ -29,6 +29,7 @@ import tempfile
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from llmgw.router.client_data import (
     authenticate,
@@ -91,7 +92,7 @@ async def upload(request: web.Request) -> web.Response:
                 spool = cleanup.enter_context(tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY))
                 size = await _spool(part, spool, limit, pause)
             elif part.name:
-                fields[part.name] = (await _within(pause, part.text()))[:1000]
+                fields[part.name] = (await _within(pause, _text(part)))[:1000]
         purpose = fields.get("purpose", "")
         if purpose not in UPLOAD_PURPOSES:
             raise bad_request(f"purpose: {purpose!r} is not kept here; upload files for batches with purpose=batch",
@@ -110,6 +111,15 @@ async def upload(request: web.Request) -> web.Response:
     return json_response(file_json(stored))
 
 
+async def _text(part) -> str:
+    """A form field's text; 400 naming the field when it is not in the charset it says (UTF-8 by default)."""
+    try:
+        return await part.text()
+    except (UnicodeDecodeError, LookupError):
+        raise bad_request(f"{part.name}: the field is not UTF-8 text; send it in UTF-8",
+                          param=part.name, code="invalid_encoding") from None
+
+
 #: Bytes of an upload kept in memory before it goes to a temporary file on disk.
 SPOOL_IN_MEMORY = 1024 * 1024
 
@@ -120,12 +130,17 @@ def _too_large(limit: int) -> GatewayError:
 
 
 async def _within(seconds: float, pending):
+    """A step of reading the form: 408 past the pause, 400 when the form is not well made."""
     try:
         async with asyncio.timeout(seconds or None):
             return await pending
     except TimeoutError:
         raise GatewayError(408, "request_timeout",
                            f"the upload paused for more than {seconds:g} s (router.clients.body_timeout)") from None
+    except (HttpProcessingError, ValueError, AssertionError) as exc:  # aiohttp's multipart reader refusing the form
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise bad_request(f"the upload is not well-formed multipart/form-data ({reason}); send the fields "
+                          "`file` and `purpose` as a form", code="invalid_upload") from None
 
 
 async def _spool(part, spool, limit: int, pause: float) -> int:

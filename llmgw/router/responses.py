@@ -159,7 +159,8 @@ def input_messages(value: Any) -> list[dict]:
 
 
 def _message_item(item: dict, where: str) -> dict:
-    role = _ROLES.get(item.get("role"))
+    given = item.get("role")
+    role = _ROLES.get(given) if isinstance(given, str) else None
     if role is None:
         raise bad_request(f"{where}.role: user, assistant, system or developer, got {item.get('role')!r}",
                           param=f"{where}.role")
