@@ -32,20 +32,12 @@ def unpack_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_gguf(tmp_path_factory):
     """A two-layer GGUF with random weights, written by the test environment's gguf."""
-    gguf = pytest.importorskip("gguf")
-    from llmgw.testing.tiny_gguf import write_tiny_gguf
+    pytest.importorskip("gguf")
+    from llmgw.testing.tiny_gguf import write_tiny_gguf, write_vocab_gguf
 
     where = tmp_path_factory.mktemp("gguf")
-    writer = gguf.GGUFWriter(str(where / "vocab.gguf"), "llama")
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(["<unk>", "<s>", "</s>", "\u2581hello", "\u2581world", "!"])
-    writer.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0, -3.0])
-    writer.add_token_types([2, 3, 3, 1, 1, 1])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return write_tiny_gguf(where / "tiny.gguf", where / "vocab.gguf", layers=2, width=64, heads=4, kv_heads=2)
+    return write_tiny_gguf(where / "tiny.gguf", write_vocab_gguf(where / "vocab.gguf"), layers=2, width=64, heads=4,
+                           kv_heads=2)
 
 
 def interpreter(version: str) -> str | None:

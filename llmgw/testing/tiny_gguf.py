@@ -1,7 +1,8 @@
 """A tiny llama-architecture GGUF with random weights, for running llama-server in tests.
 
-    from llmgw.testing.tiny_gguf import write_tiny_gguf
+    from llmgw.testing.tiny_gguf import write_tiny_gguf, write_vocab_gguf
     write_tiny_gguf("/tmp/tiny.gguf", "vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf")
+    write_tiny_gguf("/tmp/tiny.gguf", write_vocab_gguf("/tmp/vocab.gguf"))  # six tokens, no llama.cpp needed
 
 The vocabulary (tokens, scores, types, special ids, merges for BPE) is
 copied from a vocabulary-only GGUF such as the ones llama.cpp keeps in
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["write_tiny_gguf", "tiny_model", "CHATML_TEMPLATE"]
+__all__ = ["write_tiny_gguf", "write_vocab_gguf", "tiny_model", "CHATML_TEMPLATE"]
 
 #: Used when the vocabulary brings no chat template, so /v1/chat/completions has one to apply.
 CHATML_TEMPLATE = (
@@ -107,6 +108,29 @@ def write_tiny_gguf(
         writer.close()
     os.replace(tmp, path)
     return path
+
+
+def write_vocab_gguf(path: str | os.PathLike[str]) -> Path:
+    """A vocabulary-only GGUF shaped like llama.cpp's models/ggml-vocab-*.gguf, with six tokens, at `path`."""
+    try:
+        from gguf import GGUFWriter
+    except ImportError as exc:  # pragma: no cover - the test extra brings it
+        raise RuntimeError("writing a GGUF needs the gguf package: pip install gguf (llmgw's test extra)") from exc
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(["<unk>", "<s>", "</s>", "\u2581hello", "\u2581world", "!"])
+    writer.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0, -3.0])
+    writer.add_token_types([2, 3, 3, 1, 1, 1])  # unknown, control, control, normal...
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    return Path(path)
 
 
 def tiny_model(directory: str | os.PathLike[str], vocab_gguf: str | os.PathLike[str] | None = None) -> Path:

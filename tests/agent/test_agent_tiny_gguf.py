@@ -6,28 +6,11 @@ import pytest
 
 gguf = pytest.importorskip("gguf", reason="the gguf package (pip install gguf; llmgw's test extra)")
 
-from llmgw.testing.tiny_gguf import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
-
-
-def vocab_file(path):
-    """A vocabulary-only GGUF shaped like llama.cpp's models/ggml-vocab-*.gguf, with six tokens."""
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_tokenizer_model("llama")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(["<unk>", "<s>", "</s>", "▁hello", "▁world", "!"])
-    writer.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0, -3.0])
-    writer.add_token_types([2, 3, 3, 1, 1, 1])
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+from llmgw.testing.tiny_gguf import CHATML_TEMPLATE, write_tiny_gguf, write_vocab_gguf  # noqa: E402
 
 
 def test_a_tiny_model_carries_the_vocabulary_and_every_llama_tensor(tmp_path):
-    out = write_tiny_gguf(tmp_path / "tiny.gguf", vocab_file(tmp_path / "vocab.gguf"), layers=2, width=32, heads=4,
+    out = write_tiny_gguf(tmp_path / "tiny.gguf", write_vocab_gguf(tmp_path / "vocab.gguf"), layers=2, width=32, heads=4,
                           kv_heads=2, feed_forward=64)
     assert out == tmp_path / "tiny.gguf" and not list(tmp_path.glob(".*.tmp"))
     reader = gguf.GGUFReader(str(out))
@@ -47,7 +30,7 @@ def test_a_tiny_model_carries_the_vocabulary_and_every_llama_tensor(tmp_path):
 
 def test_dimensions_that_cannot_work_are_refused(tmp_path):
     with pytest.raises(ValueError, match="multiple"):
-        write_tiny_gguf(tmp_path / "x.gguf", vocab_file(tmp_path / "v.gguf"), width=30, heads=4)
+        write_tiny_gguf(tmp_path / "x.gguf", write_vocab_gguf(tmp_path / "v.gguf"), width=30, heads=4)
 
 
 def test_tiny_model_is_written_once_and_says_how_to_get_a_vocabulary(tmp_path, monkeypatch):
@@ -57,7 +40,7 @@ def test_tiny_model_is_written_once_and_says_how_to_get_a_vocabulary(tmp_path, m
     monkeypatch.delenv("LLMGW_LLAMA_VOCAB", raising=False)
     with pytest.raises(FileNotFoundError, match="llamacpp_build --pypi"):
         tiny_model(tmp_path / "a")
-    monkeypatch.setenv("LLMGW_LLAMA_VOCAB", str(vocab_file(tmp_path / "v.gguf")))
+    monkeypatch.setenv("LLMGW_LLAMA_VOCAB", str(write_vocab_gguf(tmp_path / "v.gguf")))
     first = tiny_model(tmp_path / "a")
     stamp = first.stat().st_mtime_ns
     assert tiny_model(tmp_path / "a") == first and first.stat().st_mtime_ns == stamp

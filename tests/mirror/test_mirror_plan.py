@@ -7,14 +7,14 @@ import json
 import pytest
 from ctl_live import ctl_against
 
-gguf = pytest.importorskip("gguf", reason="the gguf package (pip install gguf; llmgw's test extra)")
+pytest.importorskip("gguf", reason="the gguf package (pip install gguf; llmgw's test extra)")
 
 from llmgw.admin.cluster_types import NodeInfo
 from llmgw.admin.convert import unstructure
 from llmgw.admin.testing import FakeCluster, gpu_node
 from llmgw.cli.main import main
 from llmgw.mirror import plan
-from llmgw.testing.tiny_gguf import write_tiny_gguf
+from llmgw.testing.tiny_gguf import write_tiny_gguf, write_vocab_gguf
 
 GiB = 1 << 30
 
@@ -27,23 +27,9 @@ LLAMA_8B = {
 }
 
 
-def vocab_file(path):
-    """A vocabulary-only GGUF like llama.cpp's models/ggml-vocab-*.gguf, with six tokens."""
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(["<unk>", "<s>", "</s>", "▁hello", "▁world", "!"])
-    writer.add_token_scores([0.0, 0.0, 0.0, -1.0, -2.0, -3.0])
-    writer.add_token_types([2, 3, 3, 1, 1, 1])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 @pytest.fixture
 def tiny(tmp_path):
-    return write_tiny_gguf(tmp_path / "tiny.gguf", vocab_file(tmp_path / "vocab.gguf"), layers=2, width=64,
+    return write_tiny_gguf(tmp_path / "tiny.gguf", write_vocab_gguf(tmp_path / "vocab.gguf"), layers=2, width=64,
                            heads=4, kv_heads=2, context=2048)
 
 
@@ -93,7 +79,7 @@ def test_a_busy_card_is_not_an_unfit_one(tiny):
 
 
 def test_a_directory_of_quantisations_lists_each_the_best_first(tmp_path):
-    vocab = vocab_file(tmp_path / "vocab.gguf")
+    vocab = write_vocab_gguf(tmp_path / "vocab.gguf")
     repo = tmp_path / "repo"
     repo.mkdir()
     write_tiny_gguf(repo / "tiny-Q8_0.gguf", vocab)
