@@ -14,7 +14,6 @@ import textwrap
 import aiohttp
 import openai
 import pytest
-from aiohttp import web
 
 from llmgw.auth.keys import (
     KeyResolver,
@@ -28,6 +27,8 @@ from llmgw.config import parse_server_config
 from llmgw.server import make_gateway_app, run_server
 from llmgw.simengine import SimOptions, start
 from llmgw.store import open_store
+
+from .serving import serve
 
 HELLO = [{"role": "user", "content": "Hello there."}]
 FAST = {"ttft": 0.005, "prefill_per_token": 0.0, "tpot": 0.0, "port": 0}
@@ -58,13 +59,6 @@ def config_for(engine, db: str, **extra):
         ],
         **extra,
     })
-
-
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
 
 
 async def test_without_keys_usage_rows_reach_the_store_by_shutdown(engine, tmp_path):

@@ -22,6 +22,8 @@ from llmgw.server.app import STORE
 from llmgw.simengine import SimOptions, start
 from llmgw.store import open_store
 
+from .serving import serve
+
 HELLO = [{"role": "user", "content": "Hello there."}]
 
 
@@ -38,13 +40,6 @@ def config(engine, db: str):
         "store": {"dsn": db}, "auth": {"keys_required": False}, "accounting": {"flush_interval": "20ms"},
         "models": [{"name": "m", "endpoints": [{"url": engine.url + "/v1"}], "price": {"input": 1.0, "output": 2.0}}],
     })
-
-
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app, shutdown_timeout=1, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
 
 
 async def ask(base: str, n: int) -> list[str]:

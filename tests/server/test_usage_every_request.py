@@ -12,13 +12,14 @@ import random
 import aiohttp
 import openai
 import pytest
-from aiohttp import web
 
 from llmgw.auth.keys import hash_secret, new_secret, visible_prefix
 from llmgw.config import parse_server_config
 from llmgw.server import make_gateway_app
 from llmgw.simengine import SimOptions, start
 from llmgw.store import open_store
+
+from .serving import serve
 
 pytestmark = pytest.mark.slow  # thousands of requests
 SEED = 20261201
@@ -66,19 +67,13 @@ async def test_every_answered_request_has_its_row_and_the_spend_survives_a_resta
         "models": [{"name": "m", "endpoints": [{"url": engine.url + "/v1"}], "price": {"input": 1.0, "output": 2.0}}],
     })
 
-    async def serve() -> tuple[web.AppRunner, str]:
-        runner = web.AppRunner(make_gateway_app(config), shutdown_timeout=1, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
-
     rng = random.Random(SEED)
-    runner, base = await serve()
+    runner, base = await serve(make_gateway_app(config))
     answered: list[str] = []
     gate = asyncio.Semaphore(32)
     auth = {"Authorization": f"Bearer {secret}"}
     try:
-        async with openai.AsyncOpenAI(base_url=base + "/v1", api_key=secret, max_retries=0) as client, \
+        async with openai.AsyncOpenAI(base_url=base, api_key=secret, max_retries=0) as client, \
                 aiohttp.ClientSession() as http:
             async def sdk(user: str, tags: str, model: str) -> None:
                 async with gate:
@@ -94,12 +89,12 @@ async def test_every_answered_request_has_its_row_and_the_spend_survives_a_resta
                 body = {"model": model, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}],
                         "metadata": {"user_id": user_id}}
                 data = json.dumps(body, ensure_ascii=True).encode()  # lone surrogates travel as \\ud800 escapes
-                async with gate, http.post(base + "/v1/messages", data=data,
+                async with gate, http.post(base + "/messages", data=data,
                                            headers={**auth, "Content-Type": "application/json"}) as resp:
                     await resp.read()
                     answered.append(resp.headers["x-request-id"])
 
-            host, port = base.removeprefix("http://").split(":")
+            host, port = base.removeprefix("http://").removesuffix("/v1").split(":")
 
             async def raw(tags: bytes) -> None:
                 """A request written on a socket, its x-llmgw-tags holding control characters."""
@@ -143,7 +138,7 @@ async def test_every_answered_request_has_its_row_and_the_spend_survives_a_resta
         await store.close()
     assert {r.request_id for r in rows} == set(answered)  # one row for every answered request, none refused
 
-    runner, base = await serve()  # a restart: the spend comes back from the rows
+    runner, base = await serve(make_gateway_app(config))  # a restart: the spend comes back from the rows
     try:
         async with aiohttp.ClientSession() as http, http.get(base + "/me", headers=auth) as resp:
             after = (await resp.json())["spend"]
