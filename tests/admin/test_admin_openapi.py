@@ -94,38 +94,7 @@ def test_the_document_is_served_as_committed(tmp_path):
             assert json.loads(resp.read()) == json.loads(COMMITTED.read_text(encoding="utf-8"))
 
 
-@pytest.mark.slow
-def test_schemathesis_finds_no_server_error(tmp_path):
-    """Every operation, fed bodies and parameters made from the document, against a live server."""
-    import schemathesis
-    from hypothesis import HealthCheck, given, settings
-    from schemathesis.checks import not_a_server_error, response_schema_conformance
-
-    from llmgw.admin.testing import FakeCluster, LiveAdmin
-
-    from .conftest import QWEN
-
-    schema = schemathesis.openapi.from_dict(openapi_document())
-    failures: list[str] = []
-    with LiveAdmin(tmp_path, cluster=FakeCluster(models=[QWEN])) as live:
-        auth = {"Authorization": f"Bearer {live.TOKEN}"}
-        for result in schema.get_all_operations():
-            operation = result.ok()
-
-            @settings(max_examples=15, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))
-            @given(case=operation.as_strategy())
-            def check(case):
-                response = case.call(base_url=live.url, headers=auth)
-                if response.status_code >= 500:
-                    failures.append(f"{case.method} {case.formatted_path}: {response.status_code} {response.text}")
-                case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
-
-            try:
-                check()
-            except Exception as exc:  # noqa: BLE001 - every operation is tried; failures listed at the end
-                failures.append(f"{operation.label}: {exc}")
-    assert not failures, "\n".join(failures[:20])
+# schemathesis against the live server: tests/admin/test_admin_fuzz.py
 
 
 def test_the_admin_api_page_names_every_endpoint():

@@ -1,0 +1,89 @@
+"""Fuzzing the admin API with schemathesis against a live server (issue #17 items 4 and 7).
+
+Every operation of the OpenAPI document gets bodies, paths and query strings
+made from the document: data it allows (positive) and data it refuses
+(negative). Whatever comes, no answer is a 5xx, every answer fits the
+document, and every change that got past the token (POST, PUT, PATCH,
+DELETE) is one event in the audit log, done or refused. Data the document
+allows is never refused as invalid: the document says what the server
+checks. Bounded by examples and derandomized, so a CI run is the same every
+time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from llmgw.admin.routes import openapi_document
+
+from .conftest import QWEN
+
+CHANGES = {"POST", "PUT", "PATCH", "DELETE"}
+#: What a schema-valid request may still be told: there is no such thing, or it is not in a state for that.
+STATE_REFUSALS = {404, 409}
+
+
+def fuzz(tmp_path, mode: str, examples: int, *, refused_as_invalid: list[str] | None = None) -> Counter:
+    """Run every operation `examples` times in `mode`; the failures listed, the statuses counted."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis import GenerationMode
+    from schemathesis.checks import not_a_server_error, response_schema_conformance
+
+    from llmgw.admin.testing import FakeCluster, LiveAdmin
+
+    schema = schemathesis.openapi.from_dict(openapi_document())
+    failures: list[str] = []
+    statuses: Counter = Counter()
+    changes = 0
+    with LiveAdmin(tmp_path, cluster=FakeCluster(models=[QWEN])) as live:
+        auth = {"Authorization": f"Bearer {live.TOKEN}"}
+        events_before = len(live.run(live.store.list_audit(limit=10_000)))
+        for result in schema.get_all_operations():
+            operation = result.ok()
+
+            @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+                      suppress_health_check=list(HealthCheck))
+            @given(case=operation.as_strategy(generation_mode=GenerationMode(mode)))
+            def check(case):
+                nonlocal changes
+                # A change without a body still says application/json (the server's defence against forms
+                # posted from a browser; the document's description of the API says so).
+                bodiless = case.method.upper() in CHANGES and case.media_type is None
+                headers = {**auth, "Content-Type": "application/json"} if bodiless else auth
+                response = case.call(base_url=live.url, headers=headers)
+                statuses[response.status_code] += 1
+                if case.method.upper() in CHANGES and response.status_code not in (401, 403):
+                    changes += 1
+                where = f"{case.method} {case.formatted_path}"
+                if response.status_code >= 500:
+                    failures.append(f"{where}: {response.status_code} {response.text[:300]}")
+                if (refused_as_invalid is not None and 400 <= response.status_code < 500
+                        and response.status_code not in STATE_REFUSALS):
+                    refused_as_invalid.append(f"{where} {case.body!r:.200} {case.query!r:.100}: "
+                                              f"{response.status_code} {response.text[:300]}")
+                case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
+
+            try:
+                check()
+            except Exception as exc:  # noqa: BLE001 - every operation is tried; failures listed at the end
+                failures.append(f"{operation.label}: {str(exc)[:600]}")
+        events = len(live.run(live.store.list_audit(limit=10_000))) - events_before
+    assert not failures, "\n".join(failures[:20])
+    assert events == changes, f"{changes} changes answered, {events} audit events written"
+    return statuses
+
+
+@pytest.mark.slow  # some 4 s: every operation of the document, twice
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_a_few_of_each_operation_no_server_error_and_every_change_audited(tmp_path, mode):
+    fuzz(tmp_path, mode, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_many_of_each_operation_no_server_error_and_every_change_audited(tmp_path, mode):
+    statuses = fuzz(tmp_path, mode, 25)
+    assert sum(n for s, n in statuses.items() if s < 300) > 0, statuses
