@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.agent.procs import pid_running
+
 PG_GLOB = "/usr/lib/postgresql/*/bin"
 
 
@@ -134,19 +136,9 @@ class PostgresServer:
         self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _postmaster_alive(base: Path) -> bool:
     try:
-        return _alive(int((base / "data" / "postmaster.pid").read_text().split()[0]))
+        return pid_running(int((base / "data" / "postmaster.pid").read_text().split()[0]))
     except (OSError, ValueError, IndexError):
         return False
 
@@ -162,7 +154,7 @@ def _sweep_abandoned_servers(bin_dir: Path, as_postgres: bool) -> None:
             if owner is None:  # made by an older suite: removed once its server is gone and it is old
                 if _postmaster_alive(base) or time.time() - base.stat().st_mtime < 3600:
                     continue
-            elif _alive(owner):
+            elif pid_running(owner):
                 continue
             if (base / "data" / "postmaster.pid").exists():
                 PostgresServer(bin_dir, base, as_postgres).stop()

@@ -30,7 +30,7 @@ import attrs
 from llmgw.agent.engine_user import EngineUser
 
 __all__ = [
-    "ProcessIdentity", "LaunchError", "identify", "is_alive", "group_members", "signal_group",
+    "ProcessIdentity", "LaunchError", "identify", "is_alive", "pid_running", "group_members", "signal_group",
     "expand_argv", "engine_environment", "launch", "LogRing", "LogTail", "read_last_lines", "boot_id",
     "ProcStat", "proc_stat", "rss_bytes", "clock_ticks", "reap", "find_by_env",
 ]
@@ -119,6 +119,12 @@ def is_alive(ident: ProcessIdentity, proc: str = "/proc") -> bool:
     if stat.start_ticks != ident.start_ticks:
         return False
     return not (ident.boot_id and boot_id(proc) != ident.boot_id)
+
+
+def pid_running(pid: int, proc: str = "/proc") -> bool:
+    """Whether a process has this pid and has not ended (a zombie has); which program it is, `identify` tells."""
+    stat = proc_stat(pid, proc)
+    return stat is not None and stat.state not in _DEAD_STATES
 
 
 def reap(pid: int) -> int | None:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from llmgw.agent.procs import pid_running, reap
 from llmgw.install.layout import Layout
 
 __all__ = [
@@ -213,20 +214,13 @@ def _pid(layout: Layout, role: str) -> int | None:
         pid = int(layout.pid_file(role).read_text().strip())
     except (OSError, ValueError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_running(pid):
         return None
-    except PermissionError:
-        pass
     try:
         # A pid reused by something else since is not ours to signal.
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return pid
-    if stat[stat.rfind(")") + 2:].startswith("Z"):
-        return None
     return pid if b"llmgw" in cmdline else None
 
 
@@ -344,21 +338,8 @@ def stop_service(layout: Layout, role: str) -> str:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)  # ours when this process started it: reap it
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return not stat[stat.rfind(")") + 2:].startswith("Z")
+    reap(pid)  # ours when this process started it
+    return pid_running(pid)
 
 
 def remove_service(layout: Layout, role: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.agent.procs import pid_running
 from llmgw.config.load import load_agent_config, load_server_config
 from llmgw.store import open_store
 from llmgw.up.layout import (
@@ -126,19 +127,8 @@ def _start_up(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
     return proc, json.loads(line)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _tree(pid: int) -> list[int]:
-    return [p for p in descendants(pid) if _alive(p)]
+    return [p for p in descendants(pid) if pid_running(p)]
 
 
 @pytest.mark.slow
@@ -169,9 +159,9 @@ def test_up_answers_through_the_openai_sdk_and_ctrl_c_stops_everything(tmp_path)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0, proc.stderr.read()[-3000:]
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+    while any(pid_running(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in children if _alive(p)], "a process `up` started outlived it"
+    assert not [p for p in children if pid_running(p)], "a process `up` started outlived it"
 
     # A second `up` on the same directory keeps the store and the key.
     again, info2 = _start_up(tmp_path)
@@ -212,7 +202,7 @@ def _answers(info: dict, within: float) -> float:
 def _new_pid(up_pid: int, old: int, others: set[int], within: float = 10.0) -> int:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        children = {p for p in descendants(up_pid) if _alive(p) and Path(f"/proc/{p}/stat").exists()}
+        children = {p for p in descendants(up_pid) if pid_running(p) and Path(f"/proc/{p}/stat").exists()}
         new = [p for p in children - others - {old}
                if os.getppid() and Path(f"/proc/{p}/status").read_text().count(f"PPid:\t{up_pid}")]
         if new:
@@ -231,7 +221,7 @@ def test_under_up_a_killed_agent_or_server_is_started_again_and_the_model_answer
         os.kill(agent, signal.SIGKILL)
         _answers(info, within=10)  # the engine kept serving meanwhile
         new_agent = _new_pid(proc.pid, agent, {server} | engines)
-        assert all(_alive(p) for p in engines), "the new agent adopted the engine rather than starting another"
+        assert all(pid_running(p) for p in engines), "the new agent adopted the engine rather than starting another"
         time.sleep(2)
         _answers(info, within=10)
 
@@ -240,7 +230,7 @@ def test_under_up_a_killed_agent_or_server_is_started_again_and_the_model_answer
         took = _answers(info, within=20)
         print(f"the gateway answered again {took:.2f} s after the server was killed")
         assert took < 5, f"the gateway answered again only after {took:.1f} s"
-        assert _alive(new_agent)
+        assert pid_running(new_agent)
     finally:
         proc.send_signal(signal.SIGTERM)
         status = proc.wait(60)
