@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llmgw.cli.common import print_json
+from llmgw.cli.common import print_json, print_table
 from llmgw.cli.ctl_client import AdminClient, quote, register_leaf
 
 __all__ = ["register_join_codes"]
@@ -54,11 +54,9 @@ def run_join_codes(args: argparse.Namespace, client: AdminClient) -> int:
     if not codes:
         print("no join codes that still work; make one with `llmgw ctl node join-code`")
         return 0
-    rows = [("ID", "NODE", "EXPIRES", "MADE BY")] + [
-        (c["id"], c["name"] or "(its choice)", c["expires_at"], c["created_by"]) for c in codes]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    rows = [{"id": c["id"], "node": c["name"] or "(its choice)", "expires": c["expires_at"], "made by": c["created_by"]}
+            for c in codes]
+    print_table(rows, ["id", "node", "expires", "made by"])
     return 0
 
 
