@@ -21,6 +21,7 @@ import socket
 import ssl
 import subprocess
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -225,9 +226,22 @@ def _disk(path: str) -> Finding:
     return Finding("disk", OK, f"{path}: {free_gib:.0f} GiB free for weights")
 
 
+def _role_config(out: list[Finding], role: str, path: Path, load: Callable[[Path], Any], check: str) -> Any:
+    """The role this file makes the machine, then the file loaded; None, with a problem naming the command
+    (`check` PATH) that lists each of its problems, when it does not load."""
+    from llmgw.config import ConfigError
+
+    out.append(Finding("role", OK, f"{role} ({path})"))
+    try:
+        return load(path)
+    except (ConfigError, OSError) as exc:
+        out.append(Finding(path.name, PROBLEM, f"{exc}; `{check} {path}` lists each problem"))
+        return None
+
+
 async def run_checks(layout: Layout) -> list[Finding]:
     """Every finding for this machine, in the order they are printed."""
-    from llmgw.config import ConfigError, load_agent_config, load_server_config
+    from llmgw.config import load_agent_config, load_server_config
 
     now = dt.datetime.now(dt.timezone.utc)
     out: list[Finding] = []
@@ -236,12 +250,8 @@ async def run_checks(layout: Layout) -> list[Finding]:
         return [Finding("role", PROBLEM, f"neither {server_yaml} nor {agent_yaml} exists: llmgw is not installed "
                         f"here; `llmgw server init` makes a control plane, `llmgw join CODE` a node")]
     if server_yaml.exists():
-        out.append(Finding("role", OK, f"a control plane ({server_yaml})"))
-        try:
-            config = load_server_config(server_yaml)
-        except (ConfigError, OSError) as exc:
-            out.append(Finding("server.yaml", PROBLEM, f"{exc}; `llmgw config check {server_yaml}` lists each problem"))
-        else:
+        config = _role_config(out, "a control plane", server_yaml, load_server_config, "llmgw config check")
+        if config is not None:
             service = _service(layout, "server")
             out.append(service)
             out += _listeners(layout, config, service.status == OK)
@@ -253,12 +263,8 @@ async def run_checks(layout: Layout) -> list[Finding]:
             if fw:
                 out.append(fw)
     if agent_yaml.exists():
-        out.append(Finding("role", OK, f"a node ({agent_yaml})"))
-        try:
-            agent = load_agent_config(agent_yaml)
-        except (ConfigError, OSError) as exc:
-            out.append(Finding("agent.yaml", PROBLEM, f"{exc}; `llmgw config check --agent {agent_yaml}` lists each problem"))
-        else:
+        agent = _role_config(out, "a node", agent_yaml, load_agent_config, "llmgw config check --agent")
+        if agent is not None:
             out.append(_service(layout, "agent"))
             tls = None
             if not agent.insecure:
