@@ -35,6 +35,14 @@ async def up(h: Harness) -> tuple[w.StartShard, tuple[str, w.StartShard]]:
     return head, (worker_node, worker)
 
 
+async def up_and_ready(h: Harness) -> tuple[w.StartShard, tuple[str, w.StartShard]]:
+    """`up`, then both shards say they are ready (rank 1 first): the replica serves."""
+    head, (worker_node, worker) = await up(h)
+    h.status(worker_node, worker.shard_id, "ready")
+    h.status("gpu-01", head.shard_id, "ready", port=h.port_for(head))
+    return head, (worker_node, worker)
+
+
 async def harness(tmp_path, **config):
     store = await open_store(f"sqlite:///{tmp_path}/s.db")
     h = Harness([], store=store, config=control(**config) if config else None)
@@ -81,9 +89,7 @@ async def test_each_rank_is_started_with_rank_0s_address_and_the_replica_is_read
 async def test_one_shard_failing_takes_the_replica_down_whole_and_it_comes_back_whole(tmp_path):
     h, store = await harness(tmp_path, backoff=(10, 60))
     try:
-        head, (worker_node, worker) = await up(h)
-        h.status(worker_node, worker.shard_id, "ready")
-        h.status("gpu-01", head.shard_id, "ready", port=h.port_for(head))
+        head, (worker_node, worker) = await up_and_ready(h)
         await h.tick(CRASH_WINDOW + 1)
 
         h.status(worker_node, worker.shard_id, "exited", exit_code=1, message="NCCL error: unhandled system error")
@@ -117,9 +123,7 @@ async def test_one_shard_failing_takes_the_replica_down_whole_and_it_comes_back_
 async def test_scale_to_zero_stops_every_shard(tmp_path):
     h, store = await harness(tmp_path)
     try:
-        head, (worker_node, worker) = await up(h)
-        h.status(worker_node, worker.shard_id, "ready")
-        h.status("gpu-01", head.shard_id, "ready", port=h.port_for(head))
+        head, (worker_node, worker) = await up_and_ready(h)
         await h.catalog.scale("llama-405b", min=0, max=0, actor="test")
         await h.tick()
         assert sorted((n, m.shard_id) for n, m in h.agents.stops()) == [("gpu-01", head.shard_id),
@@ -153,9 +157,7 @@ async def test_when_no_single_fabric_has_room_the_model_waits_and_says_why(tmp_p
 async def test_a_draining_worker_node_moves_the_whole_replica(tmp_path):
     h, store = await harness(tmp_path)
     try:
-        head, (worker_node, worker) = await up(h)
-        h.status(worker_node, worker.shard_id, "ready")
-        h.status("gpu-01", head.shard_id, "ready", port=h.port_for(head))
+        head, (worker_node, worker) = await up_and_ready(h)
         h.rec.drain(worker_node)  # rank 1's node, not rank 0's
         await h.tick()
         assert h.agents.starts() == []  # no two other nodes of the fabric have room: it stays, and says why
