@@ -33,6 +33,18 @@ def installed(h: Harness, node_id: str, want: w.EngineWant, *versions: str) -> N
                               for v in versions)))
 
 
+async def install_sent(version: str):
+    """ann asks gpu-a (vllm installable there) to install vllm VERSION and a pass sends it: the harness, its
+    jobs, the install's state and the Provision the node was sent."""
+    h = Harness([])
+    h.rec.observer = jobs = Jobs()
+    h.connect(node("gpu-a", installable=("vllm",)))
+    state = h.rec.install_engine("gpu-a", "vllm", version, by="ann")
+    await h.tick()
+    (_, provision), = h.agents.take(w.Provision)
+    return h, jobs, state, provision
+
+
 async def test_the_start_carries_the_pinned_version_where_the_node_has_it_beside_another():
     h = Harness([pinned("0.9.1")])
     h.connect(node("gpu-a", "0.10.0", "0.9.1"))  # the node's default is 0.10.0
@@ -96,12 +108,7 @@ async def test_an_install_is_a_job_with_timed_steps_ending_done():
 
 
 async def test_a_failed_install_fails_its_job_in_pips_words():
-    h = Harness([])
-    h.rec.observer = jobs = Jobs()
-    h.connect(node("gpu-a", installable=("vllm",)))
-    state = h.rec.install_engine("gpu-a", "vllm", "9.9.9", by="ann")
-    await h.tick()
-    (_, provision), = h.agents.take(w.Provision)
+    h, jobs, state, provision = await install_sent("9.9.9")
     pip_says = ("ERROR: Could not find a version that satisfies the requirement vllm==9.9.9 (from versions: 0.9.1)\n"
                 "ERROR: No matching distribution found for vllm==9.9.9")
     h.rec.handle("gpu-a", w.EngineStatus(engine="vllm", state="failed", error=pip_says,
@@ -172,12 +179,7 @@ async def test_the_admin_api_lists_engines_and_refuses_what_cannot_be_installed(
 
 
 async def test_an_install_cut_off_by_a_disconnect_is_asked_again_when_the_node_is_back():
-    h = Harness([])
-    h.rec.observer = jobs = Jobs()
-    h.connect(node("gpu-a", installable=("vllm",)))
-    state = h.rec.install_engine("gpu-a", "vllm", "0.9.1", by="ann")
-    await h.tick()
-    (_, first), = h.agents.take(w.Provision)
+    h, jobs, state, first = await install_sent("0.9.1")
     h.disconnect("gpu-a")
     job = jobs.get(state.job)
     assert job.state == "running" and job.now == (
