@@ -122,17 +122,22 @@ def write_vllm_env(engines_dir: Path, version: str) -> Path:
 
 def vllm_wheel(dest: Path, version: str) -> Path:
     """vllm-VERSION-py3-none-any.whl holding the fake vllm, in `dest`."""
-    files = package_files(version)
+    return write_wheel(dest, "vllm", version, package_files(version))
+
+
+def write_wheel(dest: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """NAME-VERSION-py3-none-any.whl in `dest` holding `files` (path in the wheel: text, its dist-info among
+    them) and the RECORD pip checks them against."""
     record = io.StringIO()
     writer = csv.writer(record)
     for path, text in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
         writer.writerow([path, f"sha256={digest}", len(text.encode())])
-    writer.writerow([f"vllm-{version}.dist-info/RECORD", "", ""])
+    writer.writerow([f"{name}-{version}.dist-info/RECORD", "", ""])
     dest.mkdir(parents=True, exist_ok=True)
-    wheel = dest / f"vllm-{version}-py3-none-any.whl"
+    wheel = dest / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         for path, text in files.items():
             z.writestr(path, text)
-        z.writestr(f"vllm-{version}.dist-info/RECORD", record.getvalue())
+        z.writestr(f"{name}-{version}.dist-info/RECORD", record.getvalue())
     return wheel

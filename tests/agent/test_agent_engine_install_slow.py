@@ -3,16 +3,12 @@ test_agent_engine_install_uv_slow.py)."""
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
 import http.server
-import io
 import threading
-import zipfile
 from pathlib import Path
 
 import pytest
+from fake_vllm import write_wheel
 
 from llmgw.agent.engine_install import EngineInstaller, InstallError
 from llmgw.agent.engines import NodeEngines
@@ -30,18 +26,7 @@ def tiny_wheel(dest: Path, name: str, version: str) -> Path:
         f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{name}-{version}.dist-info/entry_points.txt": f"[console_scripts]\n{name}-serve = {name}.cli:main\n",
     }
-    record = io.StringIO()
-    writer = csv.writer(record)
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        writer.writerow([path, f"sha256={digest}", len(text.encode())])
-    writer.writerow([f"{name}-{version}.dist-info/RECORD", "", ""])
-    wheel = dest / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        for path, text in files.items():
-            z.writestr(path, text)
-        z.writestr(f"{name}-{version}.dist-info/RECORD", record.getvalue())
-    return wheel
+    return write_wheel(dest, name, version, files)
 
 
 @pytest.fixture
