@@ -7,7 +7,10 @@ leave processes behind.
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +49,11 @@ async def make_supervisor(state_dir: Path):
                 procs.signal_group(shard.ident, signal.SIGKILL)
                 procs.reap(shard.ident.pid)
 
+
+@pytest.fixture
+def open_dir():
+    """A folder others (the engine user) may pass through: pytest's own tmp_path is closed to them."""
+    path = Path(tempfile.mkdtemp(prefix="llmgw-test-"))
+    os.chmod(path, 0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

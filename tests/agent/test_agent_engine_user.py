@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -33,15 +30,6 @@ def test_agent_yaml_refuses_engines_on_every_address(tmp_path):
     with pytest.raises(Exception) as e:
         load_agent_config(str(path))
     assert "engine_host: 0.0.0.0 is every address of the node" in str(e.value)
-
-
-@pytest.fixture
-def open_dir():
-    """A folder others may pass through (pytest's own are closed to them)."""
-    path = Path(tempfile.mkdtemp(prefix="llmgw-test-"))
-    os.chmod(path, 0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_a_folder_closed_to_others_is_named(open_dir):

@@ -11,10 +11,7 @@ import hashlib
 import logging
 import os
 import pwd
-import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 from agent_cluster import FakeControlPlane, kill_shards, make_agent
@@ -24,14 +21,6 @@ from llmgw.agent.engine_user import ENGINE_USER
 from llmgw.wire import messages as wire
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="the agent must run as root")]
-
-
-@pytest.fixture
-def open_dir():
-    path = Path(tempfile.mkdtemp(prefix="llmgw-engine-user-"))
-    os.chmod(path, 0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
