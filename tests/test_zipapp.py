@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from up_started import up_started
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -149,11 +150,7 @@ def test_each_python_runs_version_config_check_up_and_plan(pyz, unpack_root, tin
     proc = subprocess.Popen([exe, str(pyz), "up", "--dir", str(tmp_path / "up"), "--port", "0", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        line = proc.stdout.readline()
-        if not line:
-            proc.wait(30)
-            raise AssertionError(f"llmgw up printed nothing; stderr:\n{proc.stderr.read()[-3000:]}")
-        info = json.loads(line)
+        info = up_started(proc)
         client = openai.OpenAI(base_url=info["base_url"], api_key=info["api_key"])
         answer = client.chat.completions.create(model=info["model"], messages=[{"role": "user", "content": "Hi"}],
                                                 max_tokens=5)

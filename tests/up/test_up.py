@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from up_started import up_started
 
 from llmgw.agent.procs import pid_running
 from llmgw.config.load import load_agent_config, load_server_config
@@ -120,11 +121,7 @@ def _start_up(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
         [sys.executable, "-m", "llmgw", "up", "--dir", str(tmp_path / "up"), "--port", "0", "--json", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    line = proc.stdout.readline()
-    if not line:
-        proc.wait(30)
-        raise AssertionError(f"llmgw up printed nothing; stderr:\n{proc.stderr.read()[-3000:]}")
-    return proc, json.loads(line)
+    return proc, up_started(proc)
 
 
 def _tree(pid: int) -> list[int]:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from up_started import up_started
 
 from llmgw.testing.zipapp import fresh_pyz
 
@@ -53,11 +54,7 @@ def test_up_with_llamacpp_answers_what_the_capital_of_france_is(pyz, up_dir):
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        line = proc.stdout.readline()
-        if not line:
-            proc.wait(30)
-            raise AssertionError(f"llmgw up printed nothing; stderr:\n{proc.stderr.read()[-4000:]}")
-        info = json.loads(line)
+        info = up_started(proc)
         ready_after = time.monotonic() - started
         assert info["model"] == "gemma-3-270m"
 
