@@ -3,18 +3,11 @@ names a cluster CA."""
 
 from __future__ import annotations
 
-from ctl_live import ctl_against, ok, ok_json
-
-from llmgw import pki
+from ctl_live import ctl_against, ok, ok_json, server_yaml_with_ca
 
 
 def test_a_code_is_made_listed_as_a_table_and_revoked(capsys, tmp_path, monkeypatch):
-    pki.init_ca(tmp_path / "ca")
-    pki.issue_server(tmp_path / "ca", "cp-test", ["127.0.0.1"], tmp_path / "tls")
-    server_yaml = tmp_path / "server.yaml"
-    server_yaml.write_text(
-        "agent_tls:\n"
-        f"  cert: {tmp_path}/tls/server.pem\n  key: {tmp_path}/tls/server-key.pem\n  ca: {tmp_path}/tls/ca.pem\n")
+    server_yaml = server_yaml_with_ca(tmp_path)
     with ctl_against(tmp_path, monkeypatch, config_path=server_yaml) as live:
         live.run(live.store.set_setting("control.members.cp-test", {"holder": "cp-test",
                                                                     "agent_address": "127.0.0.1:7443"}, actor="t"))

@@ -6,10 +6,12 @@ import asyncio
 import json
 
 import pytest
+from ctl_live import run
+from ctl_live import run_ok as ok
+from ctl_live import run_refused as refused
 
 from llmgw.auth.keys import KeyResolver
 from llmgw.cli import store_access
-from llmgw.cli.main import main
 from llmgw.store import open_store
 
 
@@ -18,28 +20,8 @@ def store_args(tmp_path) -> list[str]:
     return ["--store", f"sqlite:///{tmp_path}/store.db"]
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def ok(capsys, *argv: str) -> str:
-    code, out, err = run(capsys, *argv)
-    assert code == 0, err
-    return out
-
-
 def ok_json(capsys, *argv: str):
     return json.loads(ok(capsys, *argv, "--json"))
-
-
-def refused(capsys, *argv: str) -> str:
-    code, out, err = run(capsys, *argv)
-    assert code == 2, (out, err)
-    lines = [line for line in err.splitlines() if "level=" not in line]  # log lines aside
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def resolve(dsn: str, secret: str):

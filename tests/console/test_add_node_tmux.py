@@ -13,6 +13,7 @@ import socket
 import sys
 
 import pytest
+from ctl_live import server_yaml_with_ca
 from test_tmux import ROOT, tmux  # noqa: F401 - the fixture
 
 from llmgw import pki
@@ -37,12 +38,7 @@ def open_add_a_node(tmux) -> str:  # noqa: F811
 
 
 def test_add_a_node_shows_a_join_line_and_runs_node_add_with_its_steps(tmp_path, tmux):  # noqa: F811
-    pki.init_ca(tmp_path / "ca")
-    pki.issue_server(tmp_path / "ca", "cp-test", ["127.0.0.1"], tmp_path / "tls")
-    server_yaml = tmp_path / "server.yaml"
-    server_yaml.write_text(
-        "agent_tls:\n"
-        f"  cert: {tmp_path}/tls/server.pem\n  key: {tmp_path}/tls/server-key.pem\n  ca: {tmp_path}/tls/ca.pem\n")
+    server_yaml = server_yaml_with_ca(tmp_path)
     with LiveAdmin(tmp_path, cluster=FakeCluster(nodes=[gpu_node("gpu-a-01")]), config_path=server_yaml) as live:
         live.run(live.store.set_setting("control.members.cp-test", {"holder": "cp-test",
                                                                     "agent_address": "127.0.0.1:7443"}, actor="t"))
