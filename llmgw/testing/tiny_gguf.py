@@ -100,12 +100,7 @@ def write_tiny_gguf(
         writer.add_tensor(f"blk.{i}.ffn_gate.weight", matrix(feed_forward, width))
         writer.add_tensor(f"blk.{i}.ffn_up.weight", matrix(feed_forward, width))
         writer.add_tensor(f"blk.{i}.ffn_down.weight", matrix(width, feed_forward))
-    try:
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    finally:
-        writer.close()
+    _write_out(writer)
     os.replace(tmp, path)
     return path
 
@@ -124,13 +119,18 @@ def write_vocab_gguf(path: str | os.PathLike[str]) -> Path:
     writer.add_token_types([2, 3, 3, 1, 1, 1])  # unknown, control, control, normal...
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
+    _write_out(writer)
+    return Path(path)
+
+
+def _write_out(writer) -> None:
+    """A GGUFWriter's header, key-values and tensors written to its file, which is closed even on failure."""
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
     finally:
         writer.close()
-    return Path(path)
 
 
 def tiny_model(directory: str | os.PathLike[str], vocab_gguf: str | os.PathLike[str] | None = None) -> Path:
