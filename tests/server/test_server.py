@@ -15,23 +15,15 @@ import aiohttp
 import openai
 import pytest
 
-from llmgw.auth.keys import (
-    KeyResolver,
-    hash_secret,
-    model_aliases,
-    new_secret,
-    visible_prefix,
-)
+from llmgw.auth.keys import KeyResolver, model_aliases
 from llmgw.cli.main import main
 from llmgw.config import parse_server_config
 from llmgw.server import make_gateway_app, run_server
-from llmgw.simengine import SimOptions, start
 from llmgw.store import open_store
 
-from .serving import serve
+from .serving import project_key, serve, sim_engine
 
 HELLO = [{"role": "user", "content": "Hello there."}]
-FAST = {"ttft": 0.005, "prefill_per_token": 0.0, "tpot": 0.0, "port": 0}
 
 
 def free_port() -> int:
@@ -42,9 +34,8 @@ def free_port() -> int:
 
 @pytest.fixture
 async def engine():
-    running = await start(SimOptions(models=["m", "n"], **FAST), shutdown_timeout=0.5)
-    yield running
-    await running.close()
+    async with sim_engine("m", "n", ttft=0.005) as running:
+        yield running
 
 
 def config_for(engine, db: str, **extra):
@@ -84,11 +75,7 @@ async def test_without_keys_usage_rows_reach_the_store_by_shutdown(engine, tmp_p
 async def test_real_keys_answer_revoked_keys_401_and_allowlists_403(engine, tmp_path):
     db = str(tmp_path / "llmgw.db")
     store = await open_store(db)
-    org = await store.create_org("acme")
-    project = await store.create_project(org.id, "search")
-    secret = new_secret()
-    key = await store.create_key(key_hash=hash_secret(secret), prefix=visible_prefix(secret), name="svc",
-                                 project_id=project.id, allowed_models=["m"])
+    project, key, secret = await project_key(store, "search", "svc", allowed_models=["m"])
     config = config_for(engine, db)
     resolver = KeyResolver(store, ttl=0.0, negative_ttl=0.0, aliases=model_aliases(config))
     runner, base = await serve(make_gateway_app(config, store=store, resolver=resolver))
@@ -104,7 +91,7 @@ async def test_real_keys_answer_revoked_keys_401_and_allowlists_403(engine, tmp_
         async with aiohttp.ClientSession() as http, http.get(
                 base[:-3] + "/me", headers={"Authorization": f"Bearer {secret}"}) as resp:
             me = await resp.json()
-        assert me["key"]["id"] == key.id and me["project_id"] == project.id and me["org_id"] == org.id
+        assert me["key"]["id"] == key.id and me["project_id"] == project.id and me["org_id"] == project.org_id
         await store.revoke_key(key.id)
         with pytest.raises(openai.AuthenticationError) as caught:
             await client.chat.completions.create(model="m", messages=HELLO, max_tokens=1)
@@ -114,19 +101,15 @@ async def test_real_keys_answer_revoked_keys_401_and_allowlists_403(engine, tmp_
         await runner.cleanup()
     rows = await store.list_usage(key_id=key.id)
     assert {r.status for r in rows} == {200, 403}
-    assert all(r.project_id == project.id and r.org_id == org.id for r in rows)
+    assert all(r.project_id == project.id and r.org_id == project.org_id for r in rows)
     await store.close()
 
 
 async def test_a_budget_for_ten_is_never_overspent_and_the_rest_falls_back(engine, tmp_path):
     db = str(tmp_path / "llmgw.db")
     store = await open_store(db)
-    org = await store.create_org("acme")
-    project = await store.create_project(org.id, "search")
+    project, _, secret = await project_key(store, "search", "svc")
     await store.set_limits("project", project.id, budget_micros=50_000, budget_period="day")
-    secret = new_secret()
-    await store.create_key(key_hash=hash_secret(secret), prefix=visible_prefix(secret), name="svc",
-                           project_id=project.id)
     config = parse_server_config({
         "store": {"dsn": db},
         "models": [

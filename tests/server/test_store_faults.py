@@ -19,20 +19,17 @@ from llmgw.config import parse_server_config
 from llmgw.router.gateway import GATEWAY
 from llmgw.server import make_gateway_app
 from llmgw.server.app import STORE
-from llmgw.simengine import SimOptions, start
 from llmgw.store import open_store
 
-from .serving import serve
+from .serving import serve, sim_engine
 
 HELLO = [{"role": "user", "content": "Hello there."}]
 
 
 @pytest.fixture
 async def engine():
-    running = await start(SimOptions(models=["m"], ttft=0.001, prefill_per_token=0.0, tpot=0.0, port=0),
-                          shutdown_timeout=0.5)
-    yield running
-    await running.close()
+    async with sim_engine("m", ttft=0.001) as running:
+        yield running
 
 
 def config(engine, db: str):

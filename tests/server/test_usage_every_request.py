@@ -13,13 +13,11 @@ import aiohttp
 import openai
 import pytest
 
-from llmgw.auth.keys import hash_secret, new_secret, visible_prefix
 from llmgw.config import parse_server_config
 from llmgw.server import make_gateway_app
-from llmgw.simengine import SimOptions, start
 from llmgw.store import open_store
 
-from .serving import serve
+from .serving import project_key, serve, sim_engine
 
 pytestmark = pytest.mark.slow  # thousands of requests
 SEED = 20261201
@@ -47,20 +45,14 @@ def raw_header(rng: random.Random) -> bytes:
 
 @pytest.fixture
 async def engine():
-    running = await start(SimOptions(models=["m"], ttft=0.0, prefill_per_token=0.0, tpot=0.0, port=0),
-                          shutdown_timeout=0.5)
-    yield running
-    await running.close()
+    async with sim_engine("m") as running:
+        yield running
 
 
 async def test_every_answered_request_has_its_row_and_the_spend_survives_a_restart(engine, tmp_path):
     db = str(tmp_path / "llmgw.db")
     store = await open_store(db)
-    org = await store.create_org("acme")
-    project = await store.create_project(org.id, "fuzz")
-    secret = new_secret()
-    await store.create_key(key_hash=hash_secret(secret), prefix=visible_prefix(secret), name="fuzz",
-                           project_id=project.id)
+    project, _, secret = await project_key(store, "fuzz", "fuzz")
     await store.close()
     config = parse_server_config({
         "store": {"dsn": db}, "accounting": {"flush_interval": "50ms"},
