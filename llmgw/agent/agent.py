@@ -33,9 +33,9 @@ from llmgw.agent.engine_user import (
 )
 from llmgw.agent.engines import NodeEngines
 from llmgw.agent.llamacpp_output import describe_placement, gpu_placement_problem, read_llama_placement
-from llmgw.agent.procs import LogRing, read_last_lines
 from llmgw.agent import procs
 from llmgw.agent.gpu_devices import card_of, device_numbers, visible_devices
+from llmgw.agent.procs import LogRing, read_last_lines
 from llmgw.agent.report import (
     CpuMeter, busy_requests, engine_addresses, free_port, parse_port_range, wire_gpu_sensors, wire_inventory,
 )
@@ -287,17 +287,6 @@ class Agent:
                 shards=tuple(summaries),
             ))
 
-    def _dispatch(self, msg: Any) -> None:
-        handlers = {
-            wire.StartShard: self._start_shard, wire.StopShard: self._stop_shard, wire.DrainShard: self._drain_shard,
-            wire.RemoveWeights: self._remove_weights, wire.RequestLogs: self._send_logs, wire.Restart: self._restart_me,
-            wire.Provision: self._provision,
-        }
-        handler = handlers.get(type(msg))
-        if handler is not None:
-            self._spawn(handler(msg), f"{msg.type} {getattr(msg, 'shard_id', '')}")
-        elif not isinstance(msg, (wire.ControlPlanes, wire.Welcome)):
-            log.warning("ignored a %s message", msg.type)
     def _engines_on_gpus(self) -> tuple[set[int], set[int]]:
         """Every process of this node's engines (each engine's process group) and the cards they were given,
         so memory they hold on a card is not counted as someone else's."""
@@ -311,6 +300,17 @@ class Agent:
             cards.update(card_of(g) for g in shard.gpus)
         return pids, cards
 
+    def _dispatch(self, msg: Any) -> None:
+        handlers = {
+            wire.StartShard: self._start_shard, wire.StopShard: self._stop_shard, wire.DrainShard: self._drain_shard,
+            wire.RemoveWeights: self._remove_weights, wire.RequestLogs: self._send_logs, wire.Restart: self._restart_me,
+            wire.Provision: self._provision,
+        }
+        handler = handlers.get(type(msg))
+        if handler is not None:
+            self._spawn(handler(msg), f"{msg.type} {getattr(msg, 'shard_id', '')}")
+        elif not isinstance(msg, (wire.ControlPlanes, wire.Welcome)):
+            log.warning("ignored a %s message", msg.type)
 
     # ------------------------------------------------------------------ shards
 
