@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from llmgw.config.secrets import Secret
 from llmgw.control.catalog import CatalogModel, model_to_spec
 from llmgw.control.inventory import Node
@@ -44,7 +46,37 @@ class AgentEvents(_Base):
     def node_registered(self, reg: Register, *, peer_host: str = "") -> Node:
         """An agent (re)connected: take its word for what runs there."""
         node = self.inventory.register(reg, peer_host=peer_host)
-        reported = {s.shard_id: s for s in reg.shards}
+        self._take_shards(node, reg.shards)
+        self._engines_back(node)  # an installation cut off by the disconnect is asked for again
+        self.kick()
+        return node
+
+    def node_heard_again(self, node_id: str, hb: Heartbeat) -> Node | None:
+        """A lost node's heartbeat on the connection it kept: it is back, and what its agent still runs (the
+        heartbeat's shards, described by its registration or by the replicas it had when lost) is adopted, not
+        started again; the replicas placed elsewhere meanwhile make too many, and the pass stops the extra ones."""
+        node = self.inventory.get(node_id)
+        if node is None or not node.lost:
+            return node
+        known = {**{s.shard_id: s for s in node.shards}, **node.lost_shards}
+        running = []
+        for summary in hb.shards:
+            shard = known.get(summary.shard_id)
+            if shard is not None and summary.state in ("starting", "ready"):
+                running.append(attrs.evolve(shard, state=summary.state))
+        node = self.inventory.found(node_id)
+        assert node is not None
+        node.lost_shards = {}
+        logs.event(log, "node back", node_id=node_id, running=[s.shard_id for s in running])
+        self._take_shards(node, running)
+        self.inventory.heartbeat(node_id, hb)
+        self.kick()
+        return node
+
+    def _take_shards(self, node: Node, shards: Any) -> None:
+        """Match what the node's agent says runs there to the replica records: each one known is kept, each one
+        not known adopted (or stopped, when nothing here wants it), each one missing forgotten."""
+        reported = {s.shard_id: s for s in shards}
         for rec, worker in [(r, w) for r in list(self.records.values()) for w in r.workers if w.node == node.id]:
             shard = reported.pop(worker.id, None)
             if worker.state == "gone" or (shard is None and not worker.start_sent):
@@ -103,14 +135,15 @@ class AgentEvents(_Base):
             logs.event(log, "replica adopted", replica_id=rec.id, model=rec.model, node_id=node.id, state=rec.state)
             if shard.state == "ready":
                 self._ready(rec)
-        self._engines_back(node)  # an installation cut off by the disconnect is asked for again
-        self.kick()
-        return node
 
     def handle(self, node_id: str, message: Any) -> None:
         """One message from a registered agent."""
         if isinstance(message, Heartbeat):
-            self.inventory.heartbeat(node_id, message)
+            node = self.inventory.get(node_id)
+            if node is not None and node.lost:
+                self.node_heard_again(node_id, message)
+            else:
+                self.inventory.heartbeat(node_id, message)
             return
         self.inventory.heard(node_id)
         if isinstance(message, ShardStatus):

@@ -9,7 +9,8 @@ replicas again.
 
 A node whose agent disconnects is not lost at once: its engines keep serving
 (an agent restart leaves them running), so it is given the heartbeat window
-to come back.
+to come back. A lost node comes back when it is heard again: by a new
+registration, or by a heartbeat on the connection it kept open.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Node:
     memory_available: int = 0
     weights: dict[str, WeightsPresent] = attrs.Factory(dict)  #: by model
     shards: tuple[RunningShard, ...] = ()  #: as the last Register listed them
+    #: what ran there when it was lost, by shard id: a heartbeat on the same connection names only the ids
+    lost_shards: dict[str, RunningShard] = attrs.Factory(dict)
     agent_version: str = ""
     protocol: int = 0
     sensors: dict[int, GpuSensor] = attrs.Factory(dict)
@@ -242,6 +245,14 @@ class Inventory:
                 node.connected = False
                 lost.append(node)
         return lost
+
+    def found(self, node_id: str) -> Node | None:
+        """A lost node heard again on the connection it kept: ready again, its hardware as it last said."""
+        node = self._nodes.get(node_id)
+        if node is not None:
+            node.lost, node.connected, node.disconnect_reason = False, True, ""
+            node.last_heard = self.clock()
+        return node
 
     def forget(self, node_id: str) -> Node | None:
         """Remove a node from the inventory (it is removed from the cluster)."""

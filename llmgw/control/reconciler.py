@@ -65,6 +65,7 @@ from llmgw.plugins.types import Engine
 from llmgw.router.replicas import ReplicaSet
 from llmgw.tasks import cancel_and_wait
 from llmgw.wire.messages import (
+    RunningShard,
     StartShard,
     StopShard,
     WeightsSource,
@@ -369,6 +370,10 @@ class Reconciler(AgentEvents, EngineProvisioning):
         for node in self.inventory.expire(window):
             logs.event(log, "node lost", logging.WARNING, node_id=node.id, silent_s=round(window, 1))
             lost = [r for r in self.records.values() if r.node == node.id]
+            # Remembered, so a heartbeat on a connection it kept open can adopt them (it names only the ids).
+            node.lost_shards = {r.id: RunningShard(shard_id=r.id, model=r.model, engine=r.engine, state=r.state,
+                                                   port=r.port, gpus=tuple(r.gpus))
+                                for r in lost if not r.retiring and not getattr(r, "workers", ())}
             for rec in lost:
                 if rec.workers:  # its other ranks are stopped first
                     if not rec.head_gone:

@@ -472,3 +472,48 @@ async def test_labels_from_the_operator_win_and_a_busy_node_is_not_removed():
     h.status("node-a", start.shard_id, "stopped")
     h.rec.remove_node("node-a")
     assert h.inventory.get("node-a") is None
+
+
+async def test_a_node_lost_while_connected_comes_back_on_a_heartbeat_its_engine_adopted_the_extra_stopped():
+    h = Harness([model("qwen")])
+    h.connect(register("node-a"))
+    [(_, first)] = await h.start_ready()
+    h.connect(register("node-b"))
+    # node-a's heartbeats are late past the window, its connection open: lost, its replica placed again.
+    h.clock.advance(16)
+    h.heartbeat("node-b")
+    await h.rec.reconcile_once()
+    assert h.inventory.get("node-a").state() == "lost"
+    [(node_id, second)] = h.agents.starts()
+    assert node_id == "node-b"
+    h.status("node-b", second.shard_id, "ready", port=h.port_for(second))
+    # Its heartbeats resume on the same connection, naming the engine it still runs.
+    h.rec.handle("node-a", w.Heartbeat(seq=9, shards=(w.ShardSummary(shard_id=first.shard_id, state="ready"),)))
+    assert h.inventory.get("node-a").state() == "ready"
+    await h.tick()
+    assert h.agents.starts() == []  # adopted, not started a second time
+    assert [r.id for r in h.replicas.replicas_for("qwen")] != []
+    stopped = [m.shard_id for _, m in h.agents.stops()]
+    assert len(stopped) == 1 and stopped[0] in (first.shard_id, second.shard_id)  # one wanted: the extra stops
+    kept = {first.shard_id, second.shard_id} - set(stopped)
+    assert kept <= {r.id for r in h.replicas.replicas_for("qwen")}
+    assert first.shard_id in h.rec.records
+
+
+async def test_a_lost_node_that_registers_again_keeps_its_engine_and_the_extra_one_stops():
+    h = Harness([model("qwen")])
+    h.connect(register("node-a"))
+    [(_, first)] = await h.start_ready()
+    h.connect(register("node-b"))
+    h.disconnect("node-a")
+    h.clock.advance(16)
+    await h.tick()
+    assert h.inventory.get("node-a").state() == "lost"
+    [(_, second)] = h.agents.starts()
+    h.status("node-b", second.shard_id, "ready", port=h.port_for(second))
+    running = w.RunningShard(shard_id=first.shard_id, model="qwen", engine="sim", state="ready", port=first.port)
+    h.connect(register("node-a", shards=[running]))
+    assert h.inventory.get("node-a").state() == "ready"
+    await h.tick()
+    assert h.agents.starts() == []
+    assert len(h.agents.stops()) == 1
