@@ -33,6 +33,11 @@ def register(sub) -> None:
                    help="an ssh option, as ssh -o takes it (repeat for each), like ProxyJump=bastion")
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                    help="how long to wait for the node to register and report its hardware (default %(default)g)")
+    p.add_argument("--no-firewall", dest="firewall", action="store_false",
+                   help="join with --no-firewall: no firewall table is written or applied on the node")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the machine, then run join's dry run there: it prints the files and firewall "
+                        "rules it would write and writes nothing (the join code made for it is revoked)")
     add_client_arguments(p, json_flag=False)
     p.set_defaults(handler=run_add)
 
@@ -53,7 +58,8 @@ def run_add(args: argparse.Namespace) -> int:
                 return None
 
         add_node(args.target, port=args.port, identity=args.identity, ssh_options=args.ssh_option, name=args.name,
-                 root=args.root, timeout=args.timeout, say=say,
+                 root=args.root, timeout=args.timeout, say=say, firewall=args.firewall, dry_run=args.dry_run,
+                 revoke_code=lambda code_id: client.request("DELETE", f"/nodes/join-codes/{quote(code_id)}"),
                  make_code=lambda name: client.post("/nodes/join-codes", {"ttl": "15m", "name": name}),
                  get_node=get_node)
     except (AddError, CtlError) as exc:

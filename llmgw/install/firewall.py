@@ -46,6 +46,8 @@ __all__ = [
     "apply_ruleset",
     "remove_table",
     "table_applied",
+    "firewall_applies",
+    "skip_reason",
 ]
 
 TABLE = "inet llmgw"
@@ -214,3 +216,10 @@ def remove_table(*, netns: str | None = None) -> bool:
 def firewall_applies(layout: Layout) -> bool:
     """Whether init applies the table: on the machine itself (not --root) where nft is installed."""
     return layout.system and shutil.which("nft") is not None
+
+
+def skip_reason(layout: Layout) -> str:
+    """Why the table is written but not applied (the sentence after "not applied: ")."""
+    if not layout.system:
+        return f"--root {layout.root} is not this machine's firewall (the file is written)"
+    return "nft is not installed (apt-get install nftables), the file is written"

@@ -468,9 +468,7 @@ class Installer:
         return "\n".join(out) + "\n"
 
     def _firewall_skip_reason(self) -> str:
-        if not self.layout.system:
-            return f"--root {self.layout.root} is not this machine's firewall (the file is written)"
-        return "nft is not installed (apt-get install nftables), the file is written"
+        return firewall.skip_reason(self.layout)
 
     # --- installing ------------------------------------------------------------
 

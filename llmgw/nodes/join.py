@@ -11,9 +11,14 @@ Steps, each said as it happens:
 4. with the certificate back, write agent.yaml, the key (0600), the
    certificate and the CA under <root>/etc/llmgw, install the agent's service
    and start it;
-5. wait until the agent has registered with a control plane.
+5. write the node's firewall table (the engines' ports open to the control
+   planes only, llmgw.nodes.node_firewall), applied with `nft -f` on the
+   machine itself where nft is installed, unless --no-firewall;
+6. wait until the agent has registered with a control plane.
 
 A refused code (used, expired, forged, of another CA) writes nothing.
+`join_dry_run` does steps 1 and 2 and shows what the others would write,
+without sending the code: it still works afterwards.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from llmgw.install.manifest import Manifest, make_dirs
 from llmgw.pki.certs import InvalidName, validate_node_id
 from llmgw.pki.csr import ca_fingerprint_of_pem, make_node_request
 
-__all__ = ["JoinError", "JoinResult", "join", "REGISTER_TIMEOUT"]
+__all__ = ["JoinError", "JoinResult", "join", "join_dry_run", "REGISTER_TIMEOUT"]
 
 REGISTER_TIMEOUT = 60.0
 HTTP_TIMEOUT = 10.0
@@ -55,10 +60,8 @@ class JoinResult:
         self.files = files
 
 
-def join(code_text: str, *, root: str | os.PathLike[str] = "/", name: str = "",
-         register_timeout: float = REGISTER_TIMEOUT, say: Callable[[str], None] = print,
-         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> JoinResult:
-    layout = Layout(Path(root))
+def _checked(code_text: str, layout: Layout, name: str, now: Callable[[], dt.datetime]) -> tuple[JoinCode, str]:
+    """The code and the node's name, once neither the code nor this machine refuses them."""
     try:
         code = parse_code(code_text)
     except JoinCodeError as exc:
@@ -70,7 +73,17 @@ def join(code_text: str, *, root: str | os.PathLike[str] = "/", name: str = "",
     if layout.agent_yaml.exists():
         raise JoinError(f"this machine is a node already ({layout.agent_yaml} exists); `llmgw wipe` it first to "
                         "join again")
+    return code, node
 
+
+def join(code_text: str, *, root: str | os.PathLike[str] = "/", name: str = "",
+         register_timeout: float = REGISTER_TIMEOUT, say: Callable[[str], None] = print, firewall: bool = True,
+         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> JoinResult:
+    from llmgw.install.firewall import FirewallError
+    from llmgw.nodes import node_firewall
+
+    layout = Layout(Path(root))
+    code, node = _checked(code_text, layout, name, now)
     ca_pem, address = _trusted_ca(code, say)
     request = make_node_request(node)
     say(f"made this node's key here (it stays on this machine); asking {address} for a certificate as {node!r}")
@@ -78,16 +91,52 @@ def join(code_text: str, *, root: str | os.PathLike[str] = "/", name: str = "",
                                           "csr": request.csr_pem.decode()})
     cert_pem, planes = answer["cert"].encode(), [str(a) for a in answer.get("control_planes") or []]
     planes = list(dict.fromkeys([*planes, *code.addresses]))
+    rules = node_firewall.node_ruleset(node_firewall.plane_networks(planes, say), node) if firewall else ""
 
     manifest = Manifest.load(layout)  # what is written from here on is listed for `llmgw wipe`
     files = _write_node_files(layout, manifest, node, request.key_pem, cert_pem, ca_pem, planes)
     for f in files:
         say(f"wrote {f}")
+    if not firewall:
+        say("firewall: left alone (--no-firewall)")
+    else:
+        try:  # before the agent starts, so no engine is ever up with its port open to all
+            node_firewall.install_node_firewall(layout, manifest, rules, say)
+        except FirewallError as exc:
+            raise JoinError(f"the node's files are written, but its firewall table is not applied: {exc}; "
+                            "`llmgw wipe` takes the files off again, or join with --no-firewall") from None
     started = time.time()
     say(_install_agent(layout, manifest))
     control_plane = _wait_registered(layout, started, register_timeout)
     say(f"node {node} registered with {control_plane}")
     return JoinResult(node, control_plane, files)
+
+
+def join_dry_run(code_text: str, *, root: str | os.PathLike[str] = "/", name: str = "", firewall: bool = True,
+                 say: Callable[[str], None] = print,
+                 now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> str:
+    """What `join` would write, as text: the code is checked and its CA's fingerprint verified, never sent."""
+    from llmgw.install.service import unit_text
+    from llmgw.nodes import node_firewall
+
+    layout = Layout(Path(root))
+    code, node = _checked(code_text, layout, name, now)
+    _, address = _trusted_ca(code, say)
+    planes = list(code.addresses)
+    tls = layout.tls
+    out = [f"llmgw join would make this machine node {node!r}, asking {address} for its certificate "
+           "(the code is not sent: it still works)", "",
+           f"== {layout.agent_yaml}", _agent_yaml_text(layout, node, planes).rstrip("\n"),
+           "(control_planes: the code's; the control plane's answer may add more)",
+           f"== {tls}/node-key.pem (0600): this node's key, made here", f"== {tls}/node.pem: its certificate, "
+           f"signed by the control plane", f"== {tls}/ca.pem: the cluster CA checked above",
+           f"== {layout.state}, {layout.logs}: the agent's state and logs", "",
+           f"== {layout.unit('agent')}",
+           unit_text(layout, "agent", _agent_argv(layout, None)).rstrip("\n"), ""]
+    rules = node_firewall.node_ruleset(node_firewall.plane_networks(planes, say), node) if firewall else ""
+    out += node_firewall.firewall_plan(layout, rules, firewall)
+    out += ["", "start llmgw agent, and wait until it has registered"]
+    return "\n".join(out) + "\n"
 
 
 def _node_name(code: JoinCode, name: str) -> str:
@@ -161,18 +210,7 @@ def _write_node_files(layout: Layout, manifest: Manifest, node: str, key_pem: by
     _write(key, key_pem, 0o600)
     _write(cert, cert_pem, 0o644)
     _write(ca, ca_pem, 0o644)
-    config = {
-        "node_id": node,
-        "control_planes": planes,
-        "tls": {"cert": str(cert), "key": str(key), "ca": str(ca)},
-        "state_dir": str(layout.state),
-        "weights_dir": str(layout.state / "weights"),
-        "engines_dir": str(layout.state / "engines"),
-    }
-    text = ("# Written by `llmgw join`. The mirror, every control plane and the other settings for nodes\n"
-            "# come from the control plane; a key set here wins over what it says.\n")
-    text += "".join(f"{k}: {json.dumps(v)}\n" for k, v in config.items())
-    _write(layout.agent_yaml, text.encode(), 0o644)
+    _write(layout.agent_yaml, _agent_yaml_text(layout, node, planes).encode(), 0o644)
     written = [layout.agent_yaml, key, cert, ca]
     for f in written:
         manifest.add_file(f)
@@ -180,8 +218,24 @@ def _write_node_files(layout: Layout, manifest: Manifest, node: str, key_pem: by
     return written
 
 
-def _agent_argv(layout: Layout, manifest: Manifest) -> list[str]:
-    """The agent's command: this very zipapp, copied to the layout's binary, or this checkout's llmgw."""
+def _agent_yaml_text(layout: Layout, node: str, planes: list[str]) -> str:
+    tls = layout.tls
+    config = {
+        "node_id": node,
+        "control_planes": planes,
+        "tls": {"cert": str(tls / "node.pem"), "key": str(tls / "node-key.pem"), "ca": str(tls / "ca.pem")},
+        "state_dir": str(layout.state),
+        "weights_dir": str(layout.state / "weights"),
+        "engines_dir": str(layout.state / "engines"),
+    }
+    text = ("# Written by `llmgw join`. The mirror, every control plane and the other settings for nodes\n"
+            "# come from the control plane; a key set here wins over what it says.\n")
+    return text + "".join(f"{k}: {json.dumps(v)}\n" for k, v in config.items())
+
+
+def _agent_argv(layout: Layout, manifest: Manifest | None) -> list[str]:
+    """The agent's command: this very zipapp, copied to the layout's binary (not when `manifest` is None:
+    a dry run), or this checkout's llmgw."""
     from llmgw.buildinfo import zipapp_path
 
     pyz = zipapp_path()
@@ -189,7 +243,7 @@ def _agent_argv(layout: Layout, manifest: Manifest) -> list[str]:
     if pyz is None:
         return [sys.executable, "-m", "llmgw", *config]
     target = layout.binary
-    if Path(pyz).resolve() != target.resolve():
+    if manifest is not None and Path(pyz).resolve() != target.resolve():
         if not target.parent.exists():
             make_dirs(manifest, target.parent, 0o755)
         tmp = target.with_name(target.name + ".tmp")

@@ -196,8 +196,9 @@ class SshNodeAdder:
         return probe
 
     def install(self, probe: Probe, pyz: Path, code: str, *, name: str, root: str = "/",
-                timeout: float = 300) -> None:
-        """Copy the file, run `llmgw join` with the code there, and remove the copy whatever happens."""
+                timeout: float = 300, firewall: bool = True, dry_run: bool = False) -> None:
+        """Copy the file, run `llmgw join` with the code there (`--dry-run`: join's dry run, its lines said),
+        and remove the copy whatever happens."""
         made = self.ssh("mktemp -d /tmp/llmgw-add.XXXXXX")
         tmp = made.stdout.strip()
         if made.returncode != 0 or not tmp.startswith("/tmp/llmgw-add."):
@@ -208,8 +209,9 @@ class SshNodeAdder:
             self.copy(pyz, f"{tmp}/llmgw.pyz")
             sudo = "" if probe.uid == 0 else "sudo -n "
             command = (f"{sudo}{shlex.quote(probe.python)} {tmp}/llmgw.pyz join {shlex.quote(code)} "
-                       f"--name {shlex.quote(name)} --root {shlex.quote(root)}")
-            self.say(f"running llmgw join on {self.target.host}")
+                       f"--name {shlex.quote(name)} --root {shlex.quote(root)}"
+                       + ("" if firewall else " --no-firewall") + (" --dry-run" if dry_run else ""))
+            self.say(f"running llmgw join{' --dry-run' if dry_run else ''} on {self.target.host}")
             done = self.ssh(command, timeout=timeout, stream=True)
             if done.returncode != 0:
                 raise AddError(f"llmgw join on {self.target.host} failed: {_last_line(done.stdout)}")
@@ -221,10 +223,14 @@ class SshNodeAdder:
 
 def add_node(target_text: str, *, make_code: Callable[[str], dict], get_node: Callable[[str], dict | None],
              port: int = 22, identity: str | None = None, ssh_options: Sequence[str] = (), name: str = "",
-             root: str = "/", timeout: float = 120.0, say: Callable[[str], None] = print) -> dict:
+             root: str = "/", timeout: float = 120.0, say: Callable[[str], None] = print, firewall: bool = True,
+             dry_run: bool = False, revoke_code: Callable[[str], Any] | None = None) -> dict:
     """The whole of `llmgw node add` (the CLI and the console's Add a node run this): the node as the
     control plane reports it once ready. `make_code(name)` makes a join code for it, `get_node(name)` reads
-    it back (None while unknown); AddError says what failed, each step having been said."""
+    it back (None while unknown); AddError says what failed, each step having been said.
+
+    `dry_run`: the checks, then join's dry run on the machine (what it would write, nothing written there);
+    the code made for it is revoked with `revoke_code(id)` afterwards; {} is returned."""
     target = parse_target(target_text, port)
     adder = SshNodeAdder(target, identity=identity, ssh_options=ssh_options, say=say)
     probe = adder.check()
@@ -234,7 +240,16 @@ def add_node(target_text: str, *, make_code: Callable[[str], dict], get_node: Ca
     pyz = pyz_to_copy(say)
     code = make_code(name)
     say(f"made join code {code['id']} for node {name} (works once, 15 minutes)")
-    adder.install(probe, pyz, code["code"], name=name, root=root, timeout=timeout + 60)
+    if dry_run:
+        try:
+            adder.install(probe, pyz, code["code"], name=name, root=root, timeout=timeout + 60, firewall=firewall,
+                          dry_run=True)
+        finally:
+            if revoke_code is not None:
+                revoke_code(code["id"])
+                say(f"join code {code['id']} revoked: a dry run joins nothing")
+        return {}
+    adder.install(probe, pyz, code["code"], name=name, root=root, timeout=timeout + 60, firewall=firewall)
     node = _wait_ready(get_node, name, timeout)
     gpus = node.get("gpus") or []
     say(f"node {name} is ready: {node.get('cores', 0)} cores, {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}, "
