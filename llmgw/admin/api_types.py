@@ -9,7 +9,9 @@ from typing import Any
 
 import attrs
 
+from llmgw.admin import forms
 from llmgw.admin.fields import field
+from llmgw.admin.settings import SETTING_KEYS
 
 # ---------------------------------------------------------------- common
 
@@ -121,7 +123,8 @@ class SettingList:
 class SettingValue:
     """A new value for a setting."""
 
-    value: Any = field("The value, as JSON: a number, true/false, or text like 30s for a duration.")
+    value: Any = field("The value, as JSON: a number, true/false, or text like 30s for a duration.",
+                       schema={"type": ["number", "boolean", "string"]})
 
 
 @attrs.frozen(kw_only=True)
@@ -146,7 +149,7 @@ class SettingHistory:
 
 @attrs.frozen(kw_only=True)
 class SettingHistoryQuery:
-    key: str | None = field("Only this setting's changes.", None)
+    key: str | None = field("Only this setting's changes.", None, schema={"enum": list(SETTING_KEYS)})
     limit: int = field("At most this many changes (1-1000).", 100, schema={"minimum": 1, "maximum": 1000})
 
 
@@ -178,12 +181,13 @@ class AuditList:
 
 @attrs.frozen(kw_only=True)
 class AuditQuery:
-    since: str | None = field("From this time: 2026-09-01, an ISO 8601 time, or a span back like 24h or 7d.", None)
-    until: str | None = field("Up to this time (same forms); default now.", None)
-    actor: str | None = field("Only this actor's.", None)
-    action: str | None = field("Only this action; ending in * matches a prefix (models.*).", None)
-    target: str | None = field("Only changes to this target, like model:qwen-small.", None)
-    before_id: int | None = field("Only events older than this one (paging back).", None)
+    since: str | None = field("From this time: 2026-09-01, an ISO 8601 time, or a span back like 24h or 7d.", None,
+                              schema=forms.WHEN)
+    until: str | None = field("Up to this time (same forms); default now.", None, schema=forms.WHEN)
+    actor: str | None = field("Only this actor's.", None, schema=forms.ID)
+    action: str | None = field("Only this action; ending in * matches a prefix (models.*).", None, schema=forms.ID)
+    target: str | None = field("Only changes to this target, like model:qwen-small.", None, schema=forms.ID)
+    before_id: int | None = field("Only events older than this one (paging back).", None, schema={"minimum": 1})
     limit: int = field("At most this many events (1-1000).", 100, schema={"minimum": 1, "maximum": 1000})
 
 
@@ -192,23 +196,26 @@ class AuditQuery:
 
 @attrs.frozen(kw_only=True)
 class UsageQuery:
-    by: str = field("Group by org, team, project, user, key, model, or none.", "org")
+    by: str = field("Group by org, team, project, user, key, model, or none.", "org", schema=forms.GROUP)
     period: str = field("One row per hour, day, month, or total for the whole span.", "total",
                         schema={"enum": ["hour", "day", "month", "total"]})
-    since: str = field("From this time: 2026-09-01, an ISO 8601 time, or a span back like 24h.", "24h")
-    until: str | None = field("Up to this time (same forms); default now.", None)
+    since: str = field("From this time: 2026-09-01, an ISO 8601 time, or a span back like 24h.", "24h",
+                       schema=forms.WHEN)
+    until: str | None = field("Up to this time (same forms); default now.", None, schema=forms.WHEN)
     scope: str | None = field("Only this part of the tree: org:NAME, team:ORG/TEAM, project:PATH, user:EMAIL, key:ID.",
-                              None)
+                              None, schema=forms.SCOPE)
 
 
 @attrs.frozen(kw_only=True)
 class UsageExportQuery:
-    by: str = field("Comma-separated groups among org, team, project, user, key, model; empty for none.", "project")
+    by: str = field("Comma-separated groups among org, team, project, user, key, model; empty for none.", "project",
+                    schema=forms.GROUPS)
     period: str = field("One row per hour, day, month, or total.", "day",
                         schema={"enum": ["hour", "day", "month", "total"]})
-    since: str = field("From this time: 2026-09-01, an ISO 8601 time, or a span back like 30d.", "30d", key="from")
-    until: str | None = field("Up to this time (same forms); default now.", None, key="to")
-    scope: str | None = field("Only this part of the tree, as for /usage.", None)
+    since: str = field("From this time: 2026-09-01, an ISO 8601 time, or a span back like 30d.", "30d", key="from",
+                       schema=forms.WHEN)
+    until: str | None = field("Up to this time (same forms); default now.", None, key="to", schema=forms.WHEN)
+    scope: str | None = field("Only this part of the tree, as for /usage.", None, schema=forms.SCOPE)
 
 
 @attrs.frozen(kw_only=True)
@@ -255,7 +262,7 @@ class Capacity:
 class QuotaSet:
     """A capacity quota for an organization, team or project."""
 
-    scope: str = field("Whose: org:NAME, team:ORG/TEAM or project:PATH.", schema={"pattern": "^[a-z]+:.+$"})
+    scope: str = field("Whose: org:NAME, team:ORG/TEAM or project:PATH.", schema=forms.TREE_SCOPE)
     limit: Capacity = field("The most its models may hold at once.", factory=Capacity)
     guaranteed: Capacity = field("What its models keep even when others want it.", factory=Capacity)
 
@@ -292,5 +299,5 @@ class QuotaList:
 @attrs.frozen(kw_only=True)
 class ScopeQuery:
     scope: str = field("Whose: org:NAME, team:ORG/TEAM, project:PATH (and for limits user:EMAIL, key:ID).",
-                       schema={"pattern": "^(org|team|project|user|key):.+$"})
+                       schema=forms.SCOPE)
 

@@ -85,6 +85,8 @@ def _refusal(where: str, validator: jsonschema.protocols.Validator, value: Any) 
             sentence = f"at least {low}, got {got}" if low is not None else f"at most {high}, got {got}"
     elif error.validator == "additionalProperties":
         sentence = error.message
+    elif error.validator == "pattern" and error.schema.get("x-form"):  # llmgw.admin.forms: the form in words
+        sentence = f"{got} is not {error.schema['x-form']}"
     else:
         sentence = error.message if len(error.message) <= 200 else error.message[:197] + "..."
     return BadRequest(f"{field}: {sentence}" if field else f"{where}: {sentence}")

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from llmgw.admin import forms
 from llmgw.admin.fields import UNSET, field
 
 # ---------------------------------------------------------------- nodes
@@ -80,7 +81,8 @@ class NodeLogQuery:
     """Which of a node's logs to read, and how much of it."""
 
     lines: int = field("How many of the last lines (1-5000).", 200, schema={"minimum": 1, "maximum": 5000})
-    replica: str = field("A replica's id: that replica's engine log on the node, instead of the agent's own.", "")
+    replica: str = field("A replica's id: that replica's engine log on the node, instead of the agent's own.", "",
+                         schema=forms.REPLICA_ID)
 
 
 @attrs.frozen(kw_only=True)

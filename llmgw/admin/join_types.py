@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from llmgw.admin import forms
 from llmgw.admin.fields import field
 
 
@@ -11,7 +12,7 @@ from llmgw.admin.fields import field
 class JoinCodeCreate:
     """A join code to make."""
 
-    ttl: str = field("How long the code works, like 30m or 1h (1m to 7d).", "1h")
+    ttl: str = field("How long the code works, like 30m or 1h (1m to 7d).", "1h", schema=forms.JOIN_TTL)
     name: str = field("The node's name the code is for; empty lets the machine use its host name or --name.", "")
 
 

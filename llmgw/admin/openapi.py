@@ -111,6 +111,8 @@ class SchemaRegistry:
                                "properties": properties}
         if required:
             out["required"] = required
+        # A rule over several fields (one of two given; one field's form when another is set), enforced alike.
+        out.update(getattr(cl, "__schema__", None) or {})
         if strict:
             out["additionalProperties"] = False
         return out
@@ -170,8 +172,9 @@ def _operation(route: Any, registry: SchemaRegistry) -> dict[str, Any]:
 
     params: list[dict[str, Any]] = []
     for name in route.path_params:
-        params.append({"name": name, "in": "path", "required": True, "description": route.params[name],
-                       "schema": {"type": "string", "minLength": 1}})
+        doc = route.params[name]  # a llmgw.admin.forms.Param carries the form the server takes
+        params.append({"name": name, "in": "path", "required": True, "description": str(doc),
+                       "schema": {"type": "string", "minLength": 1, **getattr(doc, "schema", {})}})
     if route.query is not None:
         hints = typing.get_type_hints(route.query)
         for f in attrs.fields(route.query):

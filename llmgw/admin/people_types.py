@@ -7,6 +7,7 @@ import datetime as dt
 
 import attrs
 
+from llmgw.admin import forms
 from llmgw.admin.fields import UNSET, field
 
 # ---------------------------------------------------------------- the tree
@@ -33,14 +34,19 @@ class OrgCreate:
     """A new organization, team or project, by its path."""
 
     path: str = field("acme (an organization), acme/search (a team), acme/search/indexer (a project in a team).",
-                      schema={"pattern": "^[^/]+(/[^/]+){0,2}$"})
+                      schema=forms.ORG_PATH)
     project: bool = field("Make ORG/NAME a project directly in the organization rather than a team.", False)
+
+    #: a project is in an organization: with project true the path has two parts or three
+    __schema__ = {"if": {"properties": {"project": {"const": True}}, "required": ["project"]},
+                  "then": {"properties": {"path": {"pattern": "/"}}}}
 
 
 @attrs.frozen(kw_only=True)
 class OrgPathQuery:
-    path: str = field("The path of the organization, team or project.")
-    kind: str | None = field("team or project, when ORG/NAME could be either.", None)
+    path: str = field("The path of the organization, team or project.", schema=forms.ORG_PATH)
+    kind: str | None = field("team or project, when ORG/NAME could be either.", None,
+                             schema={"enum": ["team", "project"]})
 
 
 # ---------------------------------------------------------------- people
@@ -77,8 +83,8 @@ class UserQuery:
 class UserCreate:
     """A new person."""
 
-    email: str = field("Their email; unique.", schema={"minLength": 1})
-    name: str = field("Their name; default the email's local part.", "")
+    email: str = field("Their email; unique.", schema=forms.EMAIL)
+    name: str = field("Their name; default the email's local part.", "", schema=forms.NAME)
     role: str = field("Their staff role: none, viewer, operator, billing or admin.", "none", schema={"enum": ["none", "viewer", "operator", "billing", "admin"]})
     state: str = field("active, or pending to wait for approval.", "active", schema={"enum": ["active", "pending"]})
 
@@ -114,13 +120,13 @@ class UserRole:
 
 @attrs.frozen(kw_only=True)
 class MemberAdd:
-    path: str = field("The organization, team or project.")
+    path: str = field("The organization, team or project.", schema=forms.ORG_PATH)
     role: str = field("member or owner.", "member", schema={"enum": ["member", "owner"]})
 
 
 @attrs.frozen(kw_only=True)
 class MemberPathQuery:
-    path: str = field("The organization, team or project to take them out of.")
+    path: str = field("The organization, team or project to take them out of.", schema=forms.ORG_PATH)
 
 
 # ---------------------------------------------------------------- keys
@@ -154,8 +160,8 @@ class KeyList:
 
 @attrs.frozen(kw_only=True)
 class KeyQuery:
-    project: str | None = field("Only this project's keys (its path).", None)
-    user: str | None = field("Only this person's keys (email or id).", None)
+    project: str | None = field("Only this project's keys (its path).", None, schema=forms.ORG_PATH)
+    user: str | None = field("Only this person's keys (email or id).", None, schema=forms.PERSON)
     all: bool = field("Revoked and expired keys too.", False)
 
 
@@ -163,12 +169,17 @@ class KeyQuery:
 class KeyCreate:
     """A new key: a project's (service), a person's (personal), or a person's within a project (member)."""
 
-    project: str | None = field("The project's path.", None)
-    user: str | None = field("The owner's email or id.", None)
-    name: str = field("A name to know it by.", "")
-    ttl: str | None = field("How long it lives, like 90d; null lives until revoked (or auth.max_key_ttl).", None)
+    project: str | None = field("The project's path.", None, schema=forms.ORG_PATH)
+    user: str | None = field("The owner's email or id.", None, schema=forms.PERSON)
+    name: str = field("A name to know it by.", "", schema=forms.NAME)
+    ttl: str | None = field("How long it lives, like 90d; null lives until revoked (or auth.max_key_ttl).", None,
+                            schema=forms.POSITIVE_DURATION)
     band: str | None = field("Its priority band.", None)
     models: list[str] | None = field("Models it may use; null is whatever its limits allow.", None)
+
+    #: a key belongs to a project, a person, or both
+    __schema__ = {"anyOf": [{"properties": {"project": {"type": "string"}}, "required": ["project"]},
+                            {"properties": {"user": {"type": "string"}}, "required": ["user"]}]}
 
 
 @attrs.frozen(kw_only=True)
@@ -181,7 +192,8 @@ class IssuedKey:
 
 @attrs.frozen(kw_only=True)
 class KeyRotate:
-    overlap: str = field("How long the old key keeps working, like 24h; 0s stops it now.", "24h")
+    overlap: str = field("How long the old key keeps working, like 24h; 0s stops it now.", "24h",
+                         schema=forms.DURATION)
 
 
 @attrs.frozen(kw_only=True)
@@ -219,7 +231,7 @@ class LimitsSet:
     """Change some limits of a scope; fields left out keep their value, null removes one."""
 
     scope: str = field("org:NAME, team:ORG/TEAM, project:PATH, user:EMAIL or key:ID.",
-                       schema={"pattern": "^(org|team|project|user|key):.+$"})
+                       schema=forms.SCOPE)
     rpm: int | None = field("Requests a minute.", UNSET)
     tpm: int | None = field("Tokens a minute.", UNSET)
     budget_micros: int | None = field("Money per period, in millionths of the currency.", UNSET)

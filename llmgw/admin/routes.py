@@ -67,7 +67,10 @@ from llmgw.admin.backup_types import BackupList, BackupMade
 from llmgw.admin.engine_types import EngineInstallRequest, EngineInstallStarted, EngineList, EngineQuery
 from llmgw.admin.join_types import JoinCodeCreate, JoinCodeInfo, JoinCodeIssued, JoinCodeList
 from llmgw.admin.notify_types import NotifyTestRequest, NotifyTestResult
+from llmgw.admin import forms
 from llmgw.admin.dispatch import PREFIX, Route, make_endpoint
+from llmgw.admin.forms import Param
+from llmgw.admin.settings import SETTING_KEYS
 from llmgw.admin.openapi import build_document
 from llmgw.admin.server_config_types import ServerConfigEdit, ServerConfigInfo, ServerConfigSaved
 from llmgw.admin.people_types import (
@@ -113,9 +116,9 @@ TAGS = (
 
 NODE = {"node": "The node's id."}
 MODEL = {"name": "The model's name or one of its aliases."}
-KEY = {"key": "The setting's key, like router.retries.attempts."}
-USER = {"user": "The person's email or id."}
-APIKEY = {"key": "The key's id (key-…) or its prefix."}
+KEY = {"key": Param("The setting's key, like router.retries.attempts.", {"enum": list(SETTING_KEYS)})}
+USER = {"user": Param("The person's email or id.", forms.PERSON)}
+APIKEY = {"key": Param("The key's id (key-…) or its prefix.", forms.ID)}
 JOB = {"job": "The job's id, like job-3f9a1c."}
 REPLICA = {"replica": "The replica's id, like qwen-small-3f9a1c2e (`GET /replicas` lists them)."}
 

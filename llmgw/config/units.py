@@ -82,7 +82,7 @@ class Duration(datetime.timedelta):
             pos = match.end()
         if not body or pos != len(body):
             raise ValueError(f"expected a duration like 5s, got {describe(value)}")
-        return cls(microseconds=sign * int(micros.to_integral_value()))
+        return cls._of_micros(sign * int(micros.to_integral_value()), value)
 
     @classmethod
     def from_seconds(cls, seconds: float | int | Decimal) -> Duration:
@@ -90,7 +90,15 @@ class Duration(datetime.timedelta):
             micros = Decimal(str(seconds)) * 1_000_000
         except InvalidOperation:  # pragma: no cover - callers pass numbers
             raise ValueError(f"expected a duration like 5s, got {describe(seconds)}") from None
-        return cls(microseconds=int(micros.to_integral_value()))
+        return cls._of_micros(int(micros.to_integral_value()), seconds)
+
+    @classmethod
+    def _of_micros(cls, micros: int, given: Any) -> Duration:
+        try:
+            return cls(microseconds=micros)
+        except OverflowError:  # past timedelta's 999999999 days
+            raise ValueError(f"expected a duration like 5s, got {describe(given)}: longer than any span "
+                             "this can hold") from None
 
     @property
     def micros(self) -> int:

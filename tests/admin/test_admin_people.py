@@ -75,7 +75,7 @@ async def test_capacity_quotas_and_what_is_held(admin):
                                                                        "limit": {"memory": "lots"}}, status=400)
     await admin.call("POST", "/users", {"email": "x@example.com"}, status=201)
     error = await admin.refused("PUT", "/quotas", {"scope": "user:x@example.com"}, status=400)
-    assert error == "scope: a capacity quota is for an org, team or project, not a user"
+    assert error.startswith("scope: 'user:x@example.com' is not a scope: org:NAME, team:ORG/TEAM or project:PATH")
     await admin.call("DELETE", "/quotas?scope=team:acme/ml")
     assert (await admin.call("GET", "/quotas"))["quotas"] == []
     assert "has no capacity quota" in await admin.refused("DELETE", "/quotas?scope=team:acme/ml", status=404)
