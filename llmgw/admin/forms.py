@@ -25,24 +25,38 @@ _NAME = rf"[^{_PLAIN}/]*[^{_PLAIN}/{_SPACE}][^{_PLAIN}/]*"
 #: Text that may be empty, without control characters.
 TEXT: dict[str, Any] = {"x-form": "text without control characters", "pattern": rf"^[^{_PLAIN}]*$"}
 #: An id or a label: not empty, not blank, no control characters, at most 128 characters.
-ID: dict[str, Any] = {"x-form": "an id or a label: not empty, no control characters", "pattern": rf"^{_WORD}$", "maxLength": 128}
+ID: dict[str, Any] = {
+    "x-form": "an id or a label: not empty, no control characters",
+    "pattern": rf"^{_WORD}$", "maxLength": 128}
 #: A name people give (a key's, a node's): at most 100 characters, no control characters.
-NAME: dict[str, Any] = {"x-form": "a name without control characters (newlines, tabs)", "pattern": rf"^[^{_PLAIN}]*$", "maxLength": 100}
+NAME: dict[str, Any] = {
+    "x-form": "a name without control characters (newlines, tabs)",
+    "pattern": rf"^[^{_PLAIN}]*$", "maxLength": 100}
 #: ORG, ORG/TEAM, ORG/PROJECT or ORG/TEAM/PROJECT, each name at most 100 characters.
-ORG_PATH: dict[str, Any] = {"x-form": "a path: ORG, ORG/TEAM, ORG/PROJECT or ORG/TEAM/PROJECT", "pattern": rf"^{_NAME}(/{_NAME}){{0,2}}$", "maxLength": 303}
+ORG_PATH: dict[str, Any] = {
+    "x-form": "a path: ORG, ORG/TEAM, ORG/PROJECT or ORG/TEAM/PROJECT",
+    "pattern": rf"^{_NAME}(/{_NAME}){{0,2}}$", "maxLength": 303}
 #: An email address as the store keeps it: name@domain, no spaces.
-EMAIL: dict[str, Any] = {"x-form": "an address like name@example.com", "pattern": rf"^[^@{_SPACE}{_PLAIN}]+@[^@{_SPACE}{_PLAIN}]+$", "maxLength": 254}
+EMAIL: dict[str, Any] = {
+    "x-form": "an address like name@example.com",
+    "pattern": rf"^[^@{_SPACE}{_PLAIN}]+@[^@{_SPACE}{_PLAIN}]+$", "maxLength": 254}
 #: A person: their email or their id (usr-…).
 PERSON: dict[str, Any] = {"x-form": "a person's email or id", "pattern": rf"^{_WORD}$", "maxLength": 254}
 
 _TREE = rf"{_NAME}(/{_NAME}){{0,2}}"
 #: org:NAME, team:ORG/TEAM or project:PATH.
-TREE_SCOPE: dict[str, Any] = {"x-form": "a scope: org:NAME, team:ORG/TEAM or project:PATH", "pattern": rf"^(org|team|project):{_TREE}$"}
+TREE_SCOPE: dict[str, Any] = {
+    "x-form": "a scope: org:NAME, team:ORG/TEAM or project:PATH",
+    "pattern": rf"^(org|team|project):{_TREE}$"}
 #: As TREE_SCOPE, or user:EMAIL-OR-ID, key:ID.
-SCOPE: dict[str, Any] = {"x-form": "a scope: org:NAME, team:ORG/TEAM, project:PATH, user:EMAIL or key:ID", "pattern": rf"^((org|team|project):{_TREE}|(user|key):{_WORD})$"}
+SCOPE: dict[str, Any] = {
+    "x-form": "a scope: org:NAME, team:ORG/TEAM, project:PATH, user:EMAIL or key:ID",
+    "pattern": rf"^((org|team|project):{_TREE}|(user|key):{_WORD})$"}
 _GROUPS = "(org|team|project|user|key|model)"
 #: Groups for the usage export: a comma-separated list of them, or empty.
-GROUPS: dict[str, Any] = {"x-form": "groups among org, team, project, user, key, model, separated by commas", "pattern": rf"^({_GROUPS}(,{_GROUPS})*)?$"}
+GROUPS: dict[str, Any] = {
+    "x-form": "groups among org, team, project, user, key, model, separated by commas",
+    "pattern": rf"^({_GROUPS}(,{_GROUPS})*)?$"}
 #: One group for the usage report, or none.
 GROUP: dict[str, Any] = {"x-form": "one of org, team, project, user, key, model or none (one group at a time)",
                          "pattern": "^(org|team|project|user|key|model|none)$"}
@@ -50,17 +64,27 @@ GROUP: dict[str, Any] = {"x-form": "one of org, team, project, user, key, model 
 _AMOUNT = r"[0-9]{1,5}(\.[0-9]{1,3})?"
 _DURATION = rf"({_AMOUNT}(us|µs|ms|s|m|h|d)){{1,4}}"
 #: A span of time: 30s, 90m, 24h, 7d, 1h30m (or a bare number of seconds).
-DURATION: dict[str, Any] = {"x-form": "a duration like 30s, 90m, 24h, 7d or 1h30m", "pattern": rf"^({_DURATION}|[0-9]{{1,9}})$"}
+DURATION: dict[str, Any] = {
+    "x-form": "a duration like 30s, 90m, 24h, 7d or 1h30m",
+    "pattern": rf"^({_DURATION}|[0-9]{{1,9}})$"}
 #: A span of time longer than nothing: as DURATION, not 0.
-POSITIVE_DURATION: dict[str, Any] = {"x-form": "a duration longer than 0, like 30s, 90m, 24h, 7d or 1h30m", "pattern": rf"^(?=.*[1-9])({_DURATION}|[0-9]{{1,9}})$"}
+POSITIVE_DURATION: dict[str, Any] = {
+    "x-form": "a duration longer than 0, like 30s, 90m, 24h, 7d or 1h30m",
+    "pattern": rf"^(?=.*[1-9])({_DURATION}|[0-9]{{1,9}})$"}
 #: A join code's life: 1 minute to 7 days, in minutes, hours or days.
-JOIN_TTL: dict[str, Any] = {"x-form": "a time between 1m and 7d, in minutes, hours or days (30m, 1h, 2d)", "pattern": r"^([1-9][0-9]{0,3}m|[1-9][0-9]?h|1[0-5][0-9]h|16[0-8]h|[1-7]d)$"}
+JOIN_TTL: dict[str, Any] = {
+    "x-form": "a time between 1m and 7d, in minutes, hours or days (30m, 1h, 2d)",
+    "pattern": r"^([1-9][0-9]{0,3}m|[1-9][0-9]?h|1[0-5][0-9]h|16[0-8]h|[1-7]d)$"}
 _DATE = r"(197[1-9]|19[89][0-9]|[2-8][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
 _CLOCK = r"([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?"
 #: A time: a date, an ISO 8601 time in UTC, or a span back from now (24h, 7d).
-WHEN: dict[str, Any] = {"x-form": "a time; give 2026-09-01, 2026-09-01T12:00:00Z, or a span back from now like 24h or 7d", "pattern": rf"^({_DATE}(T{_CLOCK}Z?)?|[0-9]{{1,4}}(\.[0-9]{{1,3}})?(s|m|h|d))$"}
+WHEN: dict[str, Any] = {
+    "x-form": "a time; give 2026-09-01, 2026-09-01T12:00:00Z, or a span back from now like 24h or 7d",
+    "pattern": rf"^({_DATE}(T{_CLOCK}Z?)?|[0-9]{{1,4}}(\.[0-9]{{1,3}})?(s|m|h|d))$"}
 #: A replica's id, like qwen-small-3f9a1c2e (llmgw.control.node_logs checks the same).
-REPLICA_ID: dict[str, Any] = {"x-form": "a replica id; `llmgw ctl replicas` lists them", "pattern": r"^([A-Za-z0-9][A-Za-z0-9._:@-]{0,127})?$"}
+REPLICA_ID: dict[str, Any] = {
+    "x-form": "a replica id; `llmgw ctl replicas` lists them",
+    "pattern": r"^([A-Za-z0-9][A-Za-z0-9._:@-]{0,127})?$"}
 
 
 class Param(str):
@@ -74,5 +98,5 @@ class Param(str):
         return made
 
 
-__all__ = ["DURATION", "EMAIL", "GROUP", "GROUPS", "ID", "SCOPE", "TREE_SCOPE", "JOIN_TTL", "NAME", "ORG_PATH", "PERSON", "POSITIVE_DURATION", "Param",
-           "REPLICA_ID", "TEXT", "WHEN"]
+__all__ = ["DURATION", "EMAIL", "GROUP", "GROUPS", "ID", "JOIN_TTL", "NAME", "ORG_PATH", "PERSON",
+           "POSITIVE_DURATION", "Param", "REPLICA_ID", "SCOPE", "TEXT", "TREE_SCOPE", "WHEN"]
