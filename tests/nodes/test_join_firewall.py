@@ -7,10 +7,13 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
+from llmgw.control.join_codes import parse_code
 from llmgw.install import firewall
 from llmgw.install.layout import Layout
 from llmgw.install.manifest import Manifest
@@ -163,3 +166,40 @@ async def test_the_node_s_table_applies_in_a_namespace_of_its_own(two_planes, tm
         assert firewall.remove_table(netns=ns) is True and firewall.table_applied(netns=ns) is False
     finally:
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+
+
+@pytest.mark.slow  # runs llmgw as a process: about 2 s
+async def test_node_add_dry_run_checks_the_machine_shows_join_s_dry_run_and_revokes_its_code(
+        plane, tmp_path, monkeypatch):
+    """ssh is a stand-in that runs the command here (the machine is this one); the copied file runs this checkout."""
+    import llmgw.nodes.ssh_add as ssh_add
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text('#!/bin/sh\nfor last; do :; done\nexec /bin/sh -c "$last"\n')
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    shim = tmp_path / "llmgw.pyz"  # whichever Python the probe finds runs it; it hands over to this one
+    shim.write_text(f"import os, sys\nos.execv({sys.executable!r}, [{sys.executable!r}, '-m', 'llmgw', *sys.argv[1:]])\n")
+    monkeypatch.setattr(ssh_add, "pyz_to_copy", lambda say: shim)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    loop = asyncio.get_running_loop()
+
+    def on_plane(coro):
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+
+    def make_code(name: str) -> dict:
+        text = on_plane(plane.code(name=name))
+        return {"id": parse_code(text).id, "code": text}
+
+    root = tmp_path / "node"
+    said: list[str] = []
+    answer = await asyncio.to_thread(
+        ssh_add.add_node, "root@localhost", name="gpu07", root=str(root), say=said.append, dry_run=True,
+        make_code=make_code, get_node=lambda name: None,
+        revoke_code=lambda code_id: on_plane(plane.codes.revoke(code_id, actor="admin@example.com")))
+    text = "\n".join(said)
+    assert answer == {} and "running llmgw join --dry-run on localhost" in text
+    assert f"{ENGINES} ip saddr {{ 127.0.0.1/32 }} accept" in text and "the code is not sent" in text
+    assert files_under(root) == [] and await plane.codes.live() == []
+    assert "revoked: a dry run joins nothing" in said[-1]
