@@ -122,3 +122,17 @@ def test_a_wrong_size_says_what_is_expected(bad):
 def test_a_negative_size_is_refused_with_the_reason():
     with pytest.raises(ValueError, match="cannot be negative"):
         ByteSize.parse(-1)
+
+
+@pytest.mark.parametrize("bad", [1e300, "99999999999999d", 10**20])
+def test_a_duration_longer_than_any_span_is_refused_not_a_crash(bad):
+    with pytest.raises(ValueError, match="longer than any span"):
+        Duration.parse(bad)
+
+
+def test_server_yaml_with_a_duration_longer_than_any_span_names_the_key():
+    from llmgw.config import parse_server_config
+
+    with pytest.raises(Exception) as refused:
+        parse_server_config({"router": {"timeouts": {"total": "99999999999999d"}}})
+    assert "router.timeouts.total" in str(refused.value) and "longer than any span" in str(refused.value)
