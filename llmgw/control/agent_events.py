@@ -43,9 +43,9 @@ CRASH_WINDOW = 60.0
 class AgentEvents(_Base):
     # ---------------------------------------------------------------- agents' events
 
-    def node_registered(self, reg: Register, *, peer_host: str = "") -> Node:
+    def node_registered(self, reg: Register, *, peer_host: str = "", cert_serial: int | None = None) -> Node:
         """An agent (re)connected: take its word for what runs there."""
-        node = self.inventory.register(reg, peer_host=peer_host)
+        node = self.inventory.register(reg, peer_host=peer_host, cert_serial=cert_serial)
         self._take_shards(node, reg.shards)
         self._engines_back(node)  # an installation cut off by the disconnect is asked for again
         self.kick()

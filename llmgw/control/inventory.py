@@ -44,6 +44,7 @@ class Node:
     hostname: str = ""
     addresses: tuple[str, ...] = ()
     peer_host: str = ""  #: the address its agent connected from
+    cert_serial: int | None = None  #: its agent's client certificate's serial, under mutual TLS
     labels: dict[str, str] = attrs.Factory(dict)  #: the agent's, with the operator's on top
     agent_labels: dict[str, str] = attrs.Factory(dict)  #: as agent.yaml gives them
     engines: dict[str, str] = attrs.Factory(dict)  #: engine name -> installed version
@@ -161,7 +162,7 @@ class Inventory:
 
     # -- what agents say -----------------------------------------------------------
 
-    def register(self, reg: Register, *, peer_host: str = "") -> Node:
+    def register(self, reg: Register, *, peer_host: str = "", cert_serial: int | None = None) -> Node:
         """A node (re)connected: everything about it is replaced by what it says now."""
         now = self.clock()
         old = self._nodes.get(reg.node_id)
@@ -171,6 +172,7 @@ class Inventory:
             hostname=reg.hostname,
             addresses=tuple(a for a in reg.addresses if a),
             peer_host=peer_host,
+            cert_serial=cert_serial,
             labels={**reg.labels, **self._labels.get(reg.node_id, {})},
             agent_labels=dict(reg.labels),
             engines=dict(reg.engines),

@@ -1,5 +1,8 @@
 """A node leaving the cluster: `llmgw wipe` on it tells the control plane, which forgets it and revokes its certificate.
 
+`llmgw ctl node remove NAME` (the control plane's `remove_node`) revokes the
+node's certificate the same way, into the same list.
+
 `POST /agent/v1/leave` on the agent port, with the node's own client
 certificate (the one `llmgw join` or `server init --node` made): the node
 is named by that certificate and by nothing in the request, so a node can
@@ -40,7 +43,7 @@ __all__ = ["LEAVE_PATH", "REVOKED_SETTING", "NodeLeave", "forget_node"]
 log = logging.getLogger("llmgw.control")
 
 LEAVE_PATH = "/agent/v1/leave"
-REVOKED_SETTING = "control.revoked_nodes"  #: {serial (hex): {"node": NAME, "at": ISO time}}
+REVOKED_SETTING = "control.revoked_nodes"  #: {serial (hex): {"node": NAME, "at": ISO time, "why": ...}}
 
 
 def forget_node(rec: Reconciler, node_id: str, why: str) -> list[str]:
@@ -91,6 +94,16 @@ class NodeLeave:
             log.warning("revoked node certificates not read; using the last list read: %s", exc)
         return self._last
 
+    async def revoke(self, serial: str, node: str, *, actor: str, why: str) -> None:
+        """Add a node's certificate (its serial, hex) to the revoked ones in the store; the store's error, if any,
+        goes to the caller, nothing changed."""
+        revoked = await self.revoked()
+        if serial not in revoked:
+            revoked[serial] = {"node": node, "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                               "why": why}
+            await self.plane.store.set_setting(REVOKED_SETTING, revoked, actor=actor)
+        self._last = RevocationList(serials=list(revoked))
+
     async def handle(self, request: web.Request) -> web.Response:
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
         cert = peer_certificate(ssl_object) if ssl_object is not None else None
@@ -104,10 +117,7 @@ class NodeLeave:
         serial = f"{cert.serial_number:x}"
         actor = f"node:{node}"
         try:  # revoked first: nothing is forgotten unless the certificate stays out
-            revoked = await self.revoked()
-            if serial not in revoked:
-                revoked[serial] = {"node": node, "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-                await plane.store.set_setting(REVOKED_SETTING, revoked, actor=actor)
+            await self.revoke(serial, node, actor=actor, why="left the cluster (llmgw wipe)")
         except Exception as exc:  # noqa: BLE001 - a store that refuses: said, nothing changed
             return _error(503, f"the store cannot record the revocation now ({exc}); nothing was changed, try again")
         session = plane.endpoint.sessions.get(node)

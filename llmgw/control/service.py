@@ -275,7 +275,7 @@ class ControlPlane:
             await session.close("this control plane no longer leads")
             return
         node_id = session.node_id
-        rec.node_registered(session.register, peer_host=_peer_host(session.peer))
+        rec.node_registered(session.register, peer_host=_peer_host(session.peer), cert_serial=session.peer.serial)
         await self._send_control_planes(session)
         try:
             async for message in session:
@@ -426,9 +426,21 @@ class ControlPlane:
         await self._save_nodes(actor, "nodes.label", node_id, {"labels": dict(labels)}, audit)
 
     async def remove_node(self, node_id: str, *, actor: str, audit: bool = True) -> None:
-        """Forget a node with no replicas (KeyError: unknown; ValueError: replicas run there)."""
-        self._rec().remove_node(node_id)
-        await self._save_nodes(actor, "nodes.remove", node_id, None, audit)
+        """Forget a node with no replicas and revoke its agent's certificate, as when it leaves by itself, so
+        it cannot register again until it joins again (KeyError: unknown; ValueError: replicas run there)."""
+        rec = self._rec()
+        node = self.inventory.get(node_id)
+        if node is None or any(r.node == node_id for r in rec.records.values()):
+            rec.remove_node(node_id)  # refuses, saying why
+        assert node is not None
+        serial = f"{node.cert_serial:x}" if node.cert_serial is not None else None
+        if serial is not None:  # revoked first: nothing is forgotten unless the certificate stays out
+            await self.node_leave.revoke(serial, node_id, actor=actor, why="removed by an operator")
+        session = self.endpoint.sessions.get(node_id)
+        if session is not None:
+            await session.close("the node was removed from the cluster (llmgw ctl node remove)")
+        rec.remove_node(node_id)
+        await self._save_nodes(actor, "nodes.remove", node_id, {"serial": serial} if serial else None, audit)
 
     def _job(self, model: str, kind: str, actor: str, **options: Any) -> Job | None:
         """Follow a change as a job, on the leader (a standby changes the catalog, but the leader acts on it)."""

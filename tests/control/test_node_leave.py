@@ -111,3 +111,38 @@ async def test_while_the_store_cannot_be_read_the_last_revocations_stand(tmp_pat
     assert (await leave.revocations()).serials == frozenset({0x1F})
     await store.close()  # from here every read fails
     assert (await leave.revocations()).serials == frozenset({0x1F})
+
+
+async def test_a_removed_node_has_its_certificate_revoked_and_refused_at_its_next_connection(tmp_path):
+    pki.init_ca(tmp_path / "ca")
+    server = pki.issue_server(tmp_path / "ca", "cp-1", ["127.0.0.1"], tmp_path / "tls")
+    node = pki.issue_node(tmp_path / "ca", "node-a", tmp_path / "node")
+    store = await open_store(f"sqlite:///{tmp_path}/store.db")
+    config = parse_server_config({
+        "agent_listen": f"127.0.0.1:{free_port()}",
+        "agent_tls": {"cert": str(server.cert), "key": str(server.key), "ca": str(server.ca)},
+        "control": {"lease_ttl": "1200ms", "reconcile_interval": "200ms"},
+    })
+    cp = ControlPlane(config, store, ReplicaSet(), engines=ENGINES, holder="cp-1")
+    agent = TlsAgent([f"127.0.0.1:{cp.config.agent_listen.rpartition(':')[2]}"], node)
+    try:
+        await cp.start()
+        assert await cp.leadership.wait_leading(3)
+        agent.start()
+        await until(lambda: [n["id"] for n in cp.nodes()] == ["node-a"], what="node-a registered")
+
+        await cp.remove_node("node-a", actor="ann")
+        serial = f"{pki.load_certificate(node.cert).serial_number:x}"
+        revoked = (await store.get_setting(REVOKED_SETTING)).value
+        assert list(revoked) == [serial] and revoked[serial]["node"] == "node-a"
+        [event] = [e for e in await store.list_audit(limit=50) if e.action == "nodes.remove"]
+        assert event.actor == "ann" and event.detail == {"serial": serial}
+
+        # Its agent, cut off, dials again with the same certificate: refused in words, and it stays out.
+        await until(lambda: "revoked" in (agent.conn.last_error or ""), what="the refusal")
+        await asyncio.sleep(0.3)
+        assert cp.nodes() == []
+    finally:
+        await agent.stop()
+        await cp.stop()
+        await store.close()
