@@ -203,3 +203,11 @@ async def test_node_add_dry_run_checks_the_machine_shows_join_s_dry_run_and_revo
     assert f"{ENGINES} ip saddr {{ 127.0.0.1/32 }} accept" in text and "the code is not sent" in text
     assert files_under(root) == [] and await plane.codes.live() == []
     assert "revoked: a dry run joins nothing" in said[-1]
+
+
+def test_control_plane_addresses_become_ip_addresses():
+    from llmgw.nodes.node_firewall import plane_networks
+
+    found = plane_networks(["localhost:7443", "https://10.0.0.1:7443/agent/v1", "[fd00::5]:7443", "10.0.0.1:7443"])
+    assert "127.0.0.1" in found and found.index("10.0.0.1") < found.index("fd00::5")
+    assert found.count("10.0.0.1") == 1
