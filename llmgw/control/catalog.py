@@ -20,6 +20,7 @@ audit event naming the actor.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -125,6 +126,11 @@ def parse_model(spec: Mapping[str, Any], source: str = "model") -> ModelConfig:
     if not isinstance(spec, Mapping):
         raise CatalogError(source, [f"expected a mapping as server.yaml writes a model, got {type(spec).__name__}"])
     spec = dict(spec)
+    # Fallbacks name other models of the catalog, which a lone model's parse cannot see: kept aside here,
+    # checked against the catalog by Catalog.check.
+    fallbacks = spec.pop("fallbacks", [])
+    if not isinstance(fallbacks, list) or not all(isinstance(f, str) and f.strip() for f in fallbacks):
+        raise CatalogError(source, ["fallbacks: give a list of model names or aliases, like [llama-8b]"])
     # server.yaml refuses max 0 (a model that never runs); at run time it is how
     # a model is stopped without being removed, so it is checked as 1 and kept.
     scaling = spec.get("scaling")
@@ -138,6 +144,8 @@ def parse_model(spec: Mapping[str, Any], source: str = "model") -> ModelConfig:
     model = config.models[0]
     if stopped:
         model = attrs.evolve(model, scaling=attrs.evolve(model.scaling, max=0))
+    if fallbacks:
+        model = attrs.evolve(model, fallbacks=[f.strip() for f in fallbacks])
     return model
 
 
@@ -243,6 +251,9 @@ class Catalog:
         self._names: dict[str, str] = {}
         self._signature: tuple = ()
         self._on_change = on_change
+        #: told after each change, besides on_change (the router follows: llmgw.router.catalog_follow)
+        self.listeners: list[Callable[[], None]] = []
+        self._loading = asyncio.Lock()
         self._rebuild([])
 
     # -- reading ------------------------------------------------------------
@@ -272,6 +283,10 @@ class Catalog:
         """Read the store's rows again; True when what the catalog holds changed."""
         if self.store is None:
             return False
+        async with self._loading:  # two reads at once (reconciler, watcher) must not take up the older last
+            return await self._load()
+
+    async def _load(self) -> bool:
         entries = await self.store.list_catalog_entries()
         signature = tuple((e.name, e.kind, e.version) for e in entries)
         if signature == self._signature:
@@ -280,6 +295,8 @@ class Catalog:
         self._rebuild(entries)
         if self._on_change is not None:
             self._on_change()
+        for listener in list(self.listeners):
+            listener()
         return True
 
     def _rebuild(self, entries: Sequence[Any]) -> None:
@@ -350,6 +367,13 @@ class Catalog:
             owner = self._names.get(alias)
             if owner is not None and owner != model.name:
                 problems.append(f"aliases: {alias!r} already names {owner}")
+        for index, fallback in enumerate(model.fallbacks):
+            if fallback == model.name or fallback in model.aliases:
+                problems.append(f"fallbacks[{index}]: names the model itself")
+            elif fallback not in self._names:
+                known = ", ".join(n for n in sorted(self._names) if n != model.name) or "none"
+                problems.append(f"fallbacks[{index}]: no model called {fallback!r} is in the catalog; "
+                                f"there are: {known}")
         if problems:
             clash = all("declared in server.yaml" in p or "already names" in p for p in problems)
             raise CatalogError(subject, problems, conflict=clash)

@@ -6,6 +6,9 @@
   gateway's own replica set, started after the store is open and stopped
   before it closes;
 - `GET /leader` beside the gateway's `GET /health`;
+- the router serving the control plane's whole catalog (server.yaml's models
+  and those added at run time), re-read from the store every 3 s
+  (llmgw/router/catalog_follow.py);
 - `llmgw_model_update_available` on the gateway's metrics, from the
   leader's update checks (llmgw/mirror/updates.py);
 - the notifier (llmgw.notify.wiring.install_notifier, when it was installed
@@ -22,6 +25,7 @@ So the server assembly needs two lines:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator
@@ -50,10 +54,31 @@ def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: b
         options.setdefault("notify", app[NOTIFIER].emit)
     slot = install_control_plane(app, config, app[GATEWAY].replicas, **options)
     app[GATEWAY].control = slot  # the router starts on-demand models through it
+    app.cleanup_ctx.append(_router_follows_catalog)  # after the control plane's: it serves its whole catalog
     app[GATEWAY].metrics.bind(model_updates=lambda: slot.plane.updates.available() if slot.plane else ())
     if admin and config.admin_listen:
         app.cleanup_ctx.append(functools.partial(_admin_listener, config, slot, config_path))
     return slot
+
+
+async def _router_follows_catalog(app: web.Application) -> AsyncIterator[None]:
+    """The router serves the control plane's catalog, re-read from the store every few seconds."""
+    from llmgw.control.service import CONTROL_PLANE
+    from llmgw.router.catalog_follow import follow, watch
+    from llmgw.router.gateway import GATEWAY
+    from llmgw.tasks import cancel_and_wait
+
+    plane = app[CONTROL_PLANE].plane
+    if plane is None:  # control.enabled is false, or it could not start: server.yaml's models only
+        yield
+        return
+    stop_following = follow(app[GATEWAY], plane.catalog)
+    task = asyncio.get_running_loop().create_task(watch(plane.catalog), name="llmgw-catalog-watch")
+    try:
+        yield
+    finally:
+        await cancel_and_wait(task)
+        stop_following()
 
 
 async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, config_path: str | None,

@@ -1,6 +1,8 @@
 """The names clients may ask for: models, their aliases and their fallbacks.
 
-Built from server.yaml's `models:`; a model the control plane serves that
+Built from server.yaml's `models:`, and with a control plane from its whole
+catalog (server.yaml's models and those added at run time, kept in step by
+llmgw.router.catalog_follow); a model the control plane serves that
 the file does not declare (its replicas are in the replica set) is known by
 its own name, with no aliases or fallbacks.
 """
@@ -24,31 +26,43 @@ class CatalogModel:
 class Catalog:
     def __init__(self, models: list[ModelConfig], replicas: ReplicaSet) -> None:
         self.replicas = replicas
-        self._models: dict[str, CatalogModel] = {}
-        self._names: dict[str, str] = {}
+        #: only declared models resolve (the control plane's catalog is followed): a removed model's
+        #: replicas still stopping are not asked for by its name
+        self.declared_only = False
+        self.set_models(models)
+
+    def set_models(self, models: list[ModelConfig], *, declared_only: bool | None = None) -> None:
+        """Take up a new list of models at once (the control plane's catalog changed)."""
+        if declared_only is not None:
+            self.declared_only = declared_only
+        found: dict[str, CatalogModel] = {}
+        names: dict[str, str] = {}
         # guard: judges (role: guard) are the guardrails' alone: not listed, not resolved, no one's fallback.
-        self.judges = frozenset(n for m in models if getattr(m, "role", "model") == "guard" for n in (m.name, *m.aliases))
+        judges = frozenset(n for m in models if getattr(m, "role", "model") == "guard" for n in (m.name, *m.aliases))
         for m in models:
-            if m.name in self.judges:
+            if m.name in judges:
                 continue
-            self._models[m.name] = CatalogModel(
+            found[m.name] = CatalogModel(
                 m.name, tuple(m.aliases), tuple(m.fallbacks),
                 max(1, getattr(m, "concurrency", DEFAULT_CONCURRENCY)),
             )
-            self._names[m.name] = m.name
+            names[m.name] = m.name
             for alias in m.aliases:
-                self._names.setdefault(alias, m.name)
+                names.setdefault(alias, m.name)
         # A fallback may be written as an alias: keep canonical names.
-        for name, model in list(self._models.items()):
-            canonical = tuple(dict.fromkeys(self._names.get(f, f) for f in model.fallbacks
-                                            if self._names.get(f, f) != name and f not in self.judges))
-            self._models[name] = attrs.evolve(model, fallbacks=canonical)
+        for name, model in list(found.items()):
+            canonical = tuple(dict.fromkeys(names.get(f, f) for f in model.fallbacks
+                                            if names.get(f, f) != name and f not in judges))
+            found[name] = attrs.evolve(model, fallbacks=canonical)
+        self.judges, self._models, self._names = judges, found, names
 
     def resolve(self, asked: str) -> str | None:
         """The catalog name for a name or alias, or None when nothing serves it."""
         name = self._names.get(asked)
         if name is not None:
             return name
+        if self.declared_only:
+            return None
         return asked if asked not in self.judges and self.replicas.replicas_for(asked) else None
 
     def get(self, name: str) -> CatalogModel:
@@ -60,7 +74,7 @@ class Catalog:
     def names(self) -> list[str]:
         """Every model clients may ask for by its own name, declared or served."""
         out = dict.fromkeys(self._models)
-        for name in self.replicas.models():
+        for name in () if self.declared_only else self.replicas.models():
             if name not in self.judges:
                 out.setdefault(name)
         return sorted(out)

@@ -131,3 +131,20 @@ def test_max_zero_is_allowed_at_run_time_and_engines_are_screened():
     assert stopped.scaling.max == 0
     assert check_engines(model("m", engine="llamacpp", profiles=[{"name": "d", "gpus": 2}]), ENGINES) == []
     assert check_engines(model("m"), None) == []
+
+
+async def test_a_run_time_model_falls_back_to_models_of_the_catalog_only(sqlite_store):
+    cat = Catalog([model("filed", aliases=["f"])], sqlite_store, ENGINES)
+    with pytest.raises(CatalogError) as e:
+        await cat.add({"name": "new", "engine": "sim", "profiles": [{"name": "d"}],
+                       "fallbacks": ["new", "gone"]}, actor="ann")
+    assert e.value.problems == ["fallbacks[0]: names the model itself",
+                                "fallbacks[1]: no model called 'gone' is in the catalog; there are: f, filed"]
+    assert "new" not in cat
+    with pytest.raises(CatalogError, match="fallbacks: give a list of model names"):
+        await cat.add({"name": "new", "engine": "sim", "profiles": [{"name": "d"}], "fallbacks": "f"}, actor="ann")
+    added = await cat.add({"name": "new", "engine": "sim", "profiles": [{"name": "d"}], "fallbacks": ["f"]},
+                          actor="ann")
+    assert added.config.fallbacks == ["f"]
+    assert (await cat.add({"name": "other", "engine": "sim", "profiles": [{"name": "d"}],
+                           "fallbacks": ["new"]}, actor="ann")).config.fallbacks == ["new"]
