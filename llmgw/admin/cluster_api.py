@@ -145,6 +145,9 @@ class Cluster(Protocol):
     async def restart_model(self, name: str, *, in_place: bool, actor: str) -> RestartResult:
         """Restart every replica of the model, one at a time."""
 
+    async def retry_model(self, name: str, *, actor: str) -> ModelDetail:
+        """Start a parked (or backing-off) model again now, its failed starts forgotten."""
+
     async def explain_placement(self, name: str) -> PlacementExplanation:
         """Why the model runs where it does, or does not run, and where its next replica would go."""
 

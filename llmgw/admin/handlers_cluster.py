@@ -175,6 +175,13 @@ async def restart_model(call: Call) -> RestartResult:
                                                          actor=call.actor)
 
 
+async def retry_model(call: Call) -> ModelDetail:
+    """Start a parked model again now: its failed starts are forgotten, and the next pass places it (a model
+    backing off is tried at once too). The store forgets the parking at once, so a leader that follows does
+    not park it again. 503 on a standby."""
+    return await call.admin.need_cluster().retry_model(call.params["name"], actor=call.actor)
+
+
 async def explain_placement(call: Call) -> PlacementExplanation:
     """Why a model runs where it does or does not run: its status, its replicas, the last placement with
     every node's rejection, failed starts, and where its next replica would go now (a dry run)."""

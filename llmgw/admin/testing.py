@@ -263,6 +263,12 @@ class FakeCluster:
                              replicas=sorted(r.id for r in self._replicas.values() if r.model == config.name),
                              job=self._job(config.name, "restart", actor).id)
 
+    async def retry_model(self, name: str, *, actor: str) -> ModelDetail:
+        config = self._find(name)
+        self.calls.append(("retry_model", (config.name, actor)))
+        self._job(config.name, "retry", actor)
+        return self._detail(config.name)
+
     async def explain_placement(self, name: str) -> PlacementExplanation:
         config = self._find(name)
         _, origin = self._models[config.name]

@@ -97,6 +97,12 @@ def register(sub) -> None:
     p.add_argument("name", metavar="NAME")
     p.add_argument("--in-place", action="store_true", help="stop and start each where it is")
     register_leaf(p, run_model_restart)
+    p = cmds.add_parser("retry", help="Start a parked model again now.",
+                        description="Start a model parked after failing every start again now: its failed "
+                        "starts are forgotten and the next pass places it (`llmgw ctl explain-placement NAME` "
+                        "says why it was parked). A model backing off is tried at once too.")
+    p.add_argument("name", metavar="NAME")
+    register_leaf(p, run_model_retry)
     p = cmds.add_parser("plan", help="Where each file of a model fits in this cluster, the best first.",
                         description="Read a model's shape (a GGUF's header, or config.json) and list each file "
                         "(each GGUF quantisation) with the memory it needs (weights and KV cache) and where it "
@@ -349,6 +355,11 @@ def run_model_scale(args: argparse.Namespace, client: AdminClient) -> int:
 
 def run_model_restart(args: argparse.Namespace, client: AdminClient) -> int:
     _print_restart(args, client.post(f"/models/{quote(args.name)}/restart", {"in_place": args.in_place}))
+    return 0
+
+
+def run_model_retry(args: argparse.Namespace, client: AdminClient) -> int:
+    _print_detail(args, client.post(f"/models/{quote(args.name)}/retry"), "retried")
     return 0
 
 

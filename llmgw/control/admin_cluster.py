@@ -301,7 +301,7 @@ class AdminCluster(AdminEngines):
         )
 
     async def retry_model(self, name: str, *, actor: str) -> ModelDetail:
-        """Start a parked model again (not in the Cluster protocol yet: the console's "Try again")."""
+        """Start a parked model again now (`POST /models/{name}/retry`, `llmgw ctl model retry`)."""
         plane = self._leader()
         if plane.catalog.get(name) is None:
             raise ClusterNotFound(f"no model called {name!r} is in the catalog")

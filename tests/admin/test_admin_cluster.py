@@ -128,3 +128,15 @@ async def test_cluster_refusals_are_recorded_with_their_reason(admin):
     assert event.detail["outcome"] == "refused" and event.detail["status"] == 400
     assert event.detail["reason"] == "scaling of qwen-small: min: 9 is more than max (2)"
     assert event.detail["fields"] == {"name": "qwen-small", "min": 9}
+
+
+async def test_retry_starts_a_model_again_as_a_job_and_is_audited(admin):
+    hdr = {"Content-Type": "application/json", "Authorization": "Bearer s3cret-admin-token-for-tests",
+           "X-Llmgw-Actor": "ann"}
+    detail = await admin.call("POST", "/models/qwen-small/retry", headers=hdr)
+    assert detail["model"]["name"] == "qwen-small"
+    assert admin.cluster.calls[-1] == ("retry_model", ("qwen-small", "ann"))
+    assert "no model called 'nope'" in await admin.refused("POST", "/models/nope/retry", status=404)
+    refused, done = await admin.store.list_audit(action="models.retry")
+    assert (done.actor, done.target) == ("ann", "model:qwen-small")
+    assert refused.target == "model:nope" and refused.detail["status"] == 404

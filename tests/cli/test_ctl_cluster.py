@@ -127,3 +127,11 @@ def test_changes_are_audited_as_ctl_with_the_actor(capsys, live):
     ok(capsys, "cordon", "gpu-a-02", "--actor", "ann")
     [event] = live.run(live.store.list_audit(action="nodes.cordon"))
     assert event.actor == "ann" and event.detail["via"] == "ctl"
+
+
+def test_model_retry_starts_a_parked_model_again_and_is_audited(capsys, live):
+    assert ok(capsys, "model", "retry", "qwen-small").startswith("qwen-small: retried; ")
+    method, (name, _actor) = live.cluster.calls[-1]
+    assert (method, name) == ("retry_model", "qwen-small")
+    assert ok_json(capsys, "model", "retry", "qwen-small")["model"]["name"] == "qwen-small"
+    assert "no model called 'nope'" in refused(capsys, "model", "retry", "nope")

@@ -167,3 +167,60 @@ async def test_explain_placement_after_a_restart_and_retry_clears_the_store_at_o
     finally:
         await plane.stop()
         await store.close()
+
+
+async def test_a_model_parked_by_a_failing_engine_is_placed_again_when_retried(tmp_path):
+    import asyncio
+
+    from llmgw.wire import messages as w
+
+    from .test_service import FakeAgent
+
+    class FailingAgent(FakeAgent):
+        """Its engine fails every start while `failing`; then starts as the fake agent does."""
+
+        failing = True
+        starts = 0
+
+        async def on_session(self, session) -> None:
+            async for message in session:
+                if isinstance(message, w.StartShard):
+                    self.starts += 1
+                    if self.failing:
+                        await session.send(w.ShardStatus(shard_id=message.shard_id, state="failed", model=message.model,
+                                                         message="engine exited: bad flag", exit_code=2,
+                                                         command_id=message.command_id))
+                        continue
+                    self.ports[message.shard_id] = 20000 + len(self.ports)
+                    await session.send(w.ShardStatus(shard_id=message.shard_id, state="ready", model=message.model,
+                                                     port=self.ports[message.shard_id], command_id=message.command_id))
+
+    store = await open_store(f"sqlite:///{tmp_path}/store.db")
+    replicas = ReplicaSet()
+    slot = ControlPlaneSlot()
+    cluster = AdminCluster(slot)
+    plane = ControlPlane(server_config(park_after=2, backoff={"initial": "50ms", "max": "100ms"}), store, replicas,
+                         engines=ENGINES, holder="cp-1")
+    agent = FailingAgent([f"127.0.0.1:{plane.config.agent_listen.rsplit(':', 1)[1]}"])
+    try:
+        await plane.start()
+        slot.plane = plane
+        assert await plane.leadership.wait_leading(3)
+        agent.start()
+        await until(lambda: plane.explain("tiny")["status"] == "parked", what="tiny parked")
+        assert agent.starts == 2
+        await asyncio.sleep(0.5)  # passes go by: a parked model is not started again
+        assert agent.starts == 2 and replicas.replicas_for("tiny") == []
+        assert "tiny" in (await store.get_setting(PARKED_SETTING)).value
+
+        agent.failing = False  # the operator fixed the node; the retry starts it now
+        detail = await cluster.retry_model("tiny", actor="ann")
+        assert detail.model.status != "parked"
+        await until(lambda: replicas.replicas_for("tiny"), what="tiny placed again and ready")
+        assert agent.starts == 3 and plane.explain("tiny")["status"] == "ready"
+        assert (await store.get_setting(PARKED_SETTING)).value == {}
+        assert [j.kind for j in plane.jobs.select(state=None, model="tiny")][0] == "retry"
+    finally:
+        await agent.stop()
+        await plane.stop()
+        await store.close()
