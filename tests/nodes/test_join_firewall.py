@@ -211,3 +211,51 @@ def test_control_plane_addresses_become_ip_addresses():
     found = plane_networks(["localhost:7443", "https://10.0.0.1:7443/agent/v1", "[fd00::5]:7443", "10.0.0.1:7443"])
     assert "127.0.0.1" in found and found.index("10.0.0.1") < found.index("fd00::5")
     assert found.count("10.0.0.1") == 1
+
+
+WIPE_IN_A_MACHINE_OF_ITS_OWN = r"""
+import os, subprocess, sys
+scratch = sys.argv[1]
+subprocess.run(["mount", "-t", "tmpfs", "llmgw-test", scratch], check=True)
+for n, top in enumerate(["/etc", "/var", "/usr/local"]):  # what is written there lands in the tmpfs
+    upper, work = f"{scratch}/{n}/upper", f"{scratch}/{n}/work"
+    os.makedirs(upper), os.makedirs(work)
+    subprocess.run(["mount", "-t", "overlay", "llmgw-test", "-o", f"lowerdir={top},upperdir={upper},workdir={work}",
+                    top], check=True)
+    if not os.path.ismount(top):
+        sys.exit(f"{top} is not an overlay of its own: stopped before writing anything")
+from llmgw.install.layout import Layout
+layout = Layout("/")
+from llmgw.install import firewall
+from llmgw.install.manifest import Manifest
+from llmgw.install.wipe import carry_out, plan_wipe
+from llmgw.nodes.node_firewall import install_node_firewall, node_ruleset
+manifest = Manifest.load(layout)
+said = []
+install_node_firewall(layout, manifest, node_ruleset(["10.0.0.140"], "gpu07"), said.append)
+print(said)
+assert "firewall: table inet llmgw applied (nft -f)" in said and Manifest.load(layout).firewall
+assert firewall.table_applied()
+plan = plan_wipe(layout)
+assert plan.table and layout.nft in plan.files
+print(carry_out(plan))
+assert not firewall.table_applied() and not layout.nft.exists()
+print("wiped")
+"""
+
+
+@pytest.mark.slow
+def test_a_table_join_applied_on_the_machine_itself_is_deleted_by_wipe(tmp_path):
+    """The machine itself is a mount and network namespace of its own: /etc, /var and /usr/local overlaid by a
+    tmpfs, nftables of its own; the host's files and rules are never touched."""
+    if shutil.which("nft") is None or shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root, nft and unshare (apt-get install nftables util-linux)")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    done = subprocess.run(["unshare", "--mount", "--net", "--propagation", "private", sys.executable, "-c",
+                           WIPE_IN_A_MACHINE_OF_ITS_OWN, str(scratch)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    if done.returncode != 0 and "unshare failed" in done.stderr:
+        pytest.skip(f"unshare is not allowed here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "firewall: table inet llmgw deleted" in done.stdout and done.stdout.rstrip().endswith("wiped")
