@@ -24,11 +24,10 @@ def config_for(tmp_path, store: str, **extra):
     return parse_server_config({
         "agent_listen": f"127.0.0.1:{free_port()}", "agent_insecure": True,
         "admin_listen": f"127.0.0.1:{free_port()}", "admin_token_file": str(tmp_path / "admin-token"),
-        "store": {"dsn": store}, "auth": {"keys_required": False},
+        "store": {"dsn": store}, "auth": {"keys_required": False}, **extra,
         "control": {"lease_ttl": "1200ms", "reconcile_interval": "200ms"},
         "models": [{"name": "primary", "engine": "sim", "profiles": [{"name": "cpu"}],
                     "scaling": {"min": 0, "max": 1}}],
-        **extra,
     })
 
 
@@ -134,3 +133,43 @@ async def test_a_second_control_plane_on_the_store_serves_a_model_added_on_the_f
     gateway = apps[standby][GATEWAY]
     assert gateway.catalog.resolve("spare") == "lazy"
     assert gateway.resolver is None or gateway.resolver.aliases.get("spare") == "lazy"
+
+
+@pytest.mark.slow
+async def test_a_key_allowed_a_run_time_alias_may_use_the_model_by_its_name(tmp_path, aiohttp_client):
+    from llmgw.control.wiring import attach_control_plane
+    from llmgw.server import make_gateway_app
+    from llmgw.auth.keys import hash_secret, new_secret, visible_prefix
+    from llmgw.store import open_store
+
+    db = str(tmp_path / "store.db")
+    store = await open_store(db)
+    try:  # the allowlist names the alias before the model exists
+        project = await store.create_project((await store.create_org("acme")).id, "search")
+        secret = new_secret()
+        await store.create_key(key_hash=hash_secret(secret), prefix=visible_prefix(secret), name="svc",
+                               project_id=project.id, allowed_models=["spare"])
+    finally:
+        await store.close()
+    config = config_for(tmp_path, db, auth={"keys_required": True})
+    app = make_gateway_app(config)
+    slot = attach_control_plane(app, config, engines=ENGINES, holder="cp-1")
+    client = await aiohttp_client(app)
+    await until(lambda: slot.plane is not None and slot.plane.leading, timeout=5, what="leading")
+    slot.plane.reconciler.hold_starts_until = 0.0
+    agent = EngineStartingAgent([f"127.0.0.1:{slot.plane.agent_port}"])
+    agent.start()
+    sdk = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=secret, max_retries=0)
+    try:
+        await until(lambda: slot.plane.nodes(), what="the agent registered")
+        assert [m.id for m in (await sdk.models.list()).data] == []
+        async with aiohttp.ClientSession() as http:
+            await Admin(http, config, tmp_path).call("POST", "/models", LAZY)
+        answer = await sdk.chat.completions.create(model="lazy", messages=HELLO, max_tokens=4)
+        assert answer.choices[0].message.content
+        assert [m.id for m in (await sdk.models.list()).data] == ["lazy"]
+        with pytest.raises(openai.PermissionDeniedError):
+            await sdk.chat.completions.create(model="primary", messages=HELLO, max_tokens=4)
+    finally:
+        await sdk.close()
+        await agent.stop()
