@@ -103,7 +103,7 @@ def _status(rec: Reconciler, cm, st, ready: int, starting: int, wanted: int, now
     if not rec.active:
         return "standby", rec.inactive_reason or "this control plane does not lead; ask the leader"
     if st is not None and st.parked:
-        return "parked", st.park_reason + "; `retry` starts it again"
+        return "parked", st.park_reason + f"; `llmgw ctl model retry {cm.name}` starts it again"
     if wanted == 0 and ready == 0 and starting == 0:
         if cm.scaling.max == 0:
             return "stopped", "scaled to a maximum of 0 replicas"
@@ -113,6 +113,9 @@ def _status(rec: Reconciler, cm, st, ready: int, starting: int, wanted: int, now
     if st is not None and st.next_try > now and ready + starting < wanted:
         return "backing_off", (f"{st.failures} failed start{'s' if st.failures != 1 else ''} in a row; "
                                f"next try in {st.next_try - now:.0f} s; the last: {st.last_error}")
+    taken = rec.preemption.words(cm.name)
+    if ready + starting < wanted and taken:
+        return "unplaced", f"{taken}; it is placed again when room frees"
     if ready + starting < wanted and st is not None and st.decision is not None and not st.decision.placed:
         return "unplaced", st.decision.summary()
     if starting and ready < wanted:

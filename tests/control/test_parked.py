@@ -44,7 +44,7 @@ async def test_a_parked_model_stays_parked_on_the_control_plane_that_takes_over(
     assert second.agents.starts() == []
     info = explain(second.rec, "broken")
     assert (info["status"], info["parked"]) == ("parked", True)
-    assert info["reason"] == reason + "; `retry` starts it again"
+    assert info["reason"] == reason + "; `llmgw ctl model retry broken` starts it again"
     assert reason in explain_text(info)
 
     # Retried on the new leader: gone from the store at the next write, started again.
