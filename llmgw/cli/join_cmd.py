@@ -13,7 +13,8 @@ def register(sub) -> None:
         " Checks the control plane's CA against the code, makes this node's key here (it never leaves the "
         "machine), gets its certificate, writes agent.yaml and the certificate files, starts the agent and "
         "waits until it has registered. It writes the node's firewall table (the engines' ports open to the "
-        "control planes only) and applies it with nft -f where nft is installed. A used, expired or forged code, "
+        "control planes only) and applies it with nft -f on the machine itself (not under --root) where nft "
+        "is installed. A used, expired or forged code, "
         "or one for another CA, is refused and nothing is written."))
     parser.add_argument("code", metavar="CODE", help="the code `llmgw ctl node join-code` printed")
     parser.add_argument("--name", default="", metavar="NODE",
