@@ -4,7 +4,8 @@ Every control plane runs one; the one holding the store lease
 `batch-worker` works, the others wait for it to lapse. The holder takes the
 open batches oldest first, one at a time:
 
-1. reads the input file and checks every line (a JSON object with a unique
+1. reads the input file a stored piece at a time, line by line, and checks
+   every line (a JSON object with a unique
    `custom_id`, `method` POST, the batch's `url`, a `body` naming a
    `model`); a file with any bad line fails the batch, with each problem
    and its line number in `errors`;
@@ -34,6 +35,7 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from unittest import mock
 
@@ -73,57 +75,100 @@ class Line:
     body: dict = attrs.field(hash=False)
 
 
-def parse_input(content: bytes, endpoint: str, max_lines: int) -> tuple[list[Line], list[dict[str, Any]]]:
-    """A batch's lines, and its problems in OpenAI's shape ({code, message, param, line})."""
-    errors: list[dict[str, Any]] = []
+class InputCheck:
+    """A batch's input file checked a line at a time: its lines, and its problems in OpenAI's shape
+    ({code, message, param, line})."""
 
-    def problem(code: str, message: str, line: int | None, param: str | None = None) -> None:
-        if len(errors) < MAX_ERRORS:
-            errors.append({"code": code, "message": message, "param": param, "line": line})
+    def __init__(self, endpoint: str, max_lines: int) -> None:
+        self.endpoint, self.max_lines = endpoint, max_lines
+        self.lines: list[Line] = []
+        self.errors: list[dict[str, Any]] = []
+        self.full = False  # past max_lines: no need to read on
+        self._seen: set[str] = set()
 
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        problem("invalid_file", "the file is not UTF-8 text", None)
-        return [], errors
-    lines: list[Line] = []
-    seen: set[str] = set()
-    for number, raw in enumerate(text.splitlines(), 1):
+    def problem(self, code: str, message: str, line: int | None, param: str | None = None) -> None:
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append({"code": code, "message": message, "param": param, "line": line})
+
+    def add(self, number: int, raw_bytes: bytes) -> None:
+        """The file's line `number` (1 for the first), without its newline."""
+        try:
+            raw = raw_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            self.problem("invalid_file", "the file is not UTF-8 text", number)
+            return
         if not raw.strip():
-            continue
-        if len(lines) >= max_lines:
-            problem("too_many_requests", f"a batch holds at most {max_lines} requests (router.batch.max_lines)", number)
-            break
+            return
+        if len(self.lines) >= self.max_lines:
+            self.problem("too_many_requests",
+                         f"a batch holds at most {self.max_lines} requests (router.batch.max_lines)", number)
+            self.full = True
+            return
         try:
             item = loads(raw)
         except ValueError:
-            problem("invalid_json_line", "the line is not valid JSON", number)
-            continue
+            self.problem("invalid_json_line", "the line is not valid JSON", number)
+            return
         if not isinstance(item, dict):
-            problem("invalid_json_line", "the line is not a JSON object", number)
-            continue
+            self.problem("invalid_json_line", "the line is not a JSON object", number)
+            return
         custom_id = item.get("custom_id")
         if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID:
-            problem("missing_custom_id", f"each line needs a `custom_id` of 1 to {MAX_CUSTOM_ID} characters",
-                    number, "custom_id")
-            continue
-        if custom_id in seen:
-            problem("duplicate_custom_id", f"the custom_id {custom_id!r} is on an earlier line too", number,
-                    "custom_id")
-            continue
-        seen.add(custom_id)
+            self.problem("missing_custom_id", f"each line needs a `custom_id` of 1 to {MAX_CUSTOM_ID} characters",
+                         number, "custom_id")
+            return
+        if custom_id in self._seen:
+            self.problem("duplicate_custom_id", f"the custom_id {custom_id!r} is on an earlier line too", number,
+                         "custom_id")
+            return
+        self._seen.add(custom_id)
         if item.get("method", "POST") != "POST":
-            problem("invalid_method", "the method must be POST", number, "method")
-        if item.get("url", endpoint) != endpoint:
-            problem("mismatched_endpoint", f"the url must be the batch's endpoint, {endpoint}", number, "url")
+            self.problem("invalid_method", "the method must be POST", number, "method")
+        if item.get("url", self.endpoint) != self.endpoint:
+            self.problem("mismatched_endpoint", f"the url must be the batch's endpoint, {self.endpoint}", number,
+                         "url")
         body = item.get("body")
         if not isinstance(body, dict) or not isinstance(body.get("model"), str) or not body["model"]:
-            problem("invalid_body", "the body must be a JSON object that names a `model`", number, "body")
-            continue
-        lines.append(Line(number, custom_id, body))
-    if not lines and not errors:
-        problem("empty_file", "the file holds no requests", None)
-    return lines, errors
+            self.problem("invalid_body", "the body must be a JSON object that names a `model`", number, "body")
+            return
+        self.lines.append(Line(number, custom_id, body))
+
+    def result(self) -> tuple[list[Line], list[dict[str, Any]]]:
+        if not self.lines and not self.errors:
+            self.problem("empty_file", "the file holds no requests", None)
+        return self.lines, self.errors
+
+
+def parse_input(content: bytes, endpoint: str, max_lines: int) -> tuple[list[Line], list[dict[str, Any]]]:
+    """A batch's lines, and its problems in OpenAI's shape ({code, message, param, line})."""
+    check = InputCheck(endpoint, max_lines)
+    for number, raw in enumerate(content.split(b"\n"), 1):
+        check.add(number, raw)
+        if check.full:
+            break
+    return check.result()
+
+
+async def read_input(pieces: AsyncIterator[bytes], endpoint: str,
+                     max_lines: int) -> tuple[list[Line], list[dict[str, Any]]]:
+    """parse_input over a stored file read a piece at a time: a line may run across pieces, and
+    only the line being read is held as bytes."""
+    check = InputCheck(endpoint, max_lines)
+    rest = b""
+    number = 0
+    async for piece in pieces:
+        start = 0
+        buffer = rest + piece if rest else piece
+        while (end := buffer.find(b"\n", start)) >= 0:
+            number += 1
+            check.add(number, buffer[start:end])
+            if check.full:
+                return check.result()
+            start = end + 1
+        rest = buffer[start:]
+    if rest:
+        check.add(number + 1, rest)
+    return check.result()
 
 
 def _payload(raw: bytes) -> StreamReader:
@@ -280,12 +325,12 @@ class BatchRun:
         if b.status == "finalizing":  # everything was run before a take-over
             await self._finish("completed")
             return
-        content = await self.store.read_file_content(b.owner, b.input_file_id)
-        if content is None:
+        pieces = await self.store.iter_file_content(b.owner, b.input_file_id)
+        if pieces is None:
             await self._fail([{"code": "file_not_found", "message": f"the input file {b.input_file_id} is gone",
                                "param": "input_file_id", "line": None}])
             return
-        lines, errors = parse_input(content, b.endpoint, self.worker.settings.max_lines)
+        lines, errors = await read_input(pieces, b.endpoint, self.worker.settings.max_lines)
         if errors:
             await self._fail(errors)
             return
@@ -456,4 +501,4 @@ class BatchRun:
         return BatchResult(line=line.number, custom_id=line.custom_id, ok=False, text=dumps(record).decode())
 
 
-__all__ = ["LEASE_NAME", "BatchRun", "BatchWorker", "Line", "parse_input"]
+__all__ = ["LEASE_NAME", "BatchRun", "BatchWorker", "InputCheck", "Line", "parse_input", "read_input"]

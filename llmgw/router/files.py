@@ -4,7 +4,8 @@ A file is one row in the store, its bytes included, so a backup of the
 store carries it. An upload is read 256 KiB at a time into a temporary file
 (past 1 MiB, on disk), then into the store 1 MiB at a time: it is never
 whole in memory. Each counts against its project's storage quota
-(router.clients.project_storage_bytes). It belongs to the key's project (else its person; on a
+(router.clients.project_storage_bytes). A download is sent a stored
+piece at a time, so it is never whole in memory either. It belongs to the key's project (else its person; on a
 gateway without keys, to everyone) and only keys of that owner reach it.
 Uploads are `purpose=batch` (a batch's requests, JSONL) of at most
 `router.batch.max_file_bytes`; a batch writes its answers as files of
@@ -199,19 +200,26 @@ async def get_file(request: web.Request) -> web.Response:
     return json_response(file_json(found))
 
 
-async def file_content(request: web.Request) -> web.Response:
+async def file_content(request: web.Request) -> web.StreamResponse:
+    """The file's bytes, sent a stored piece (at most 1 MiB) at a time: never whole in memory."""
     principal = await authenticate(request)
     store = client_data(request).require_store("files")
     file_id = request.match_info["file_id"]
     owner = owner_of(principal)
     with store_errors("files"):
         found = await store.get_file(owner, file_id)
-        content = await store.read_file_content(owner, file_id) if found is not None else None
-    if found is None or content is None:
+        pieces = await store.iter_file_content(owner, file_id) if found is not None else None
+    if found is None or pieces is None:
         raise not_found(file_id)
     filename = found.filename.replace('"', "")
-    return web.Response(body=content, content_type="application/octet-stream",
-                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
+                                           "Content-Disposition": f'attachment; filename="{filename}"'})
+    response.content_length = found.bytes
+    await response.prepare(request)
+    async for piece in pieces:  # a store failure now can only cut the body short: the status is sent
+        await response.write(piece)
+    await response.write_eof()
+    return response
 
 
 async def delete_file(request: web.Request) -> web.Response:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any, BinaryIO
 
 from .client_data import (
@@ -651,6 +651,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def read_file_content(self, owner: str, file_id: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def iter_file_content(self, owner: str, file_id: str) -> AsyncIterator[bytes] | None:
+        """The owner's file a piece (at most 1 MiB) at a time, never whole in memory; None when there is none."""
 
     @abc.abstractmethod
     async def list_files(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, BinaryIO
 
 from . import validate as v
@@ -146,6 +146,41 @@ class SQLFilesBatches(SQLStoreBase):
 
         content = await self._read(work)
         return None if content is None else bytes(content)
+
+    async def iter_file_content(self, owner: str, file_id: str) -> AsyncIterator[bytes] | None:
+        """The file's bytes a piece (at most 1 MiB) at a time, each piece read on its own; None when
+        the owner has no such file. A file deleted while it is read ends where it was."""
+        owner = _check_owner(owner)
+        file_id = v.check_id(file_id, "file id")
+        live, now = self._live()
+
+        async def head(tx: Tx) -> Any:
+            r = await tx.fetchrow(f"SELECT bytes, LENGTH(content) AS kept FROM files WHERE id = ? AND owner = ?{live}",
+                                  file_id, owner, now)
+            if r is None:
+                return None
+            if r["bytes"] and not r["kept"]:
+                return int(await tx.fetchval("SELECT COUNT(*) FROM file_chunks WHERE file_id = ?", file_id))
+            return -1  # kept whole in its row
+
+        pieces = await self._read(head)
+        if pieces is None:
+            return None
+
+        async def chunks() -> AsyncIterator[bytes]:
+            if pieces < 0:
+                r = await self._one("SELECT content FROM files WHERE id = ?", file_id)
+                content = bytes(r["content"]) if r is not None and r["content"] is not None else b""
+                for at in range(0, len(content), FILE_CHUNK_BYTES):
+                    yield content[at:at + FILE_CHUNK_BYTES]
+                return
+            for seq in range(pieces):
+                r = await self._one("SELECT data FROM file_chunks WHERE file_id = ? AND seq = ?", file_id, seq)
+                if r is None:
+                    return
+                yield bytes(r["data"])
+
+        return chunks()
 
     async def list_files(
         self, owner: str, *, purpose: str | None = None, after: str | None = None, limit: int = 100,

@@ -8,7 +8,7 @@ import json
 import openai
 import pytest
 
-from llmgw.router.batch_worker import LEASE_NAME, parse_input
+from llmgw.router.batch_worker import LEASE_NAME, parse_input, read_input
 
 from .conftest import HELLO, model
 from .stored import get_json, wait_for
@@ -203,6 +203,34 @@ async def test_batches_run_on_a_gateway_without_keys(stored_gateway, sim):
     listed = await client.batches.list()
     assert [b.id for b in listed.data] == [batch.id]
     await client.chat.completions.create(model="m", messages=HELLO, max_tokens=2)
+
+
+async def test_the_input_is_read_line_by_line_across_stored_pieces():
+    content = jsonl([chat_line(i) for i in range(5)]) + b"\n" + b'{"custom_id": "doc-1"}'
+
+    async def pieces():
+        for at in range(0, len(content), 37):  # lines cut anywhere, newlines included
+            yield content[at:at + 37]
+
+    lines, errors = await read_input(pieces(), "/v1/chat/completions", 10)
+    assert [line.custom_id for line in lines] == [f"doc-{i}" for i in range(5)]
+    assert [(e["code"], e["line"]) for e in errors] == [("duplicate_custom_id", 7)]
+    assert (lines, errors) == parse_input(content, "/v1/chat/completions", 10)
+
+
+async def test_a_large_file_downloads_whole_and_a_batch_runs_from_it(stored_gateway, sim):
+    engine = await sim(models=["m"])
+    sg = await stored_gateway([model("m", engine)])
+    client = sg.client()
+    pad = "x" * 450_000  # lines of near half a stored piece, so one runs across two pieces
+    rows = [{**chat_line(i), "body": {**chat_line(i)["body"], "user": pad}} for i in range(3)]
+    uploaded = await client.files.create(file=("big.jsonl", jsonl(rows)), purpose="batch")
+    assert uploaded.bytes > 1024 * 1024
+    assert (await client.files.content(uploaded.id)).content == jsonl(rows)
+    batch = await client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                        completion_window="24h")
+    done = await until_done(client, batch.id)
+    assert (done.status, done.request_counts.completed, done.request_counts.total) == ("completed", 3, 3)
 
 
 def test_parse_input_checks_every_line():

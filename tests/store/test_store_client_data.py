@@ -168,6 +168,19 @@ async def test_files_are_kept_per_owner(store: Store, clock: FakeClock) -> None:
     assert await store.get_file("prj-a", f.id) is None
 
 
+async def test_a_file_is_read_back_a_stored_piece_at_a_time(store: Store) -> None:
+    import io
+
+    content = bytes(range(256)) * (10 * 1024 + 7)  # 2.5 MiB and a bit: three pieces
+    f = await store.create_file("prj-a", purpose="batch", filename="in.jsonl", content=io.BytesIO(content))
+    pieces = [p async for p in await store.iter_file_content("prj-a", f.id)]
+    assert [len(p) for p in pieces] == [1024 * 1024, 1024 * 1024, len(content) - 2 * 1024 * 1024]
+    assert b"".join(pieces) == content
+    small = await store.create_file("prj-a", purpose="batch", filename="s.jsonl", content=b"one line\n")
+    assert [p async for p in await store.iter_file_content("prj-a", small.id)] == [b"one line\n"]
+    assert await store.iter_file_content("prj-b", f.id) is None
+
+
 async def test_files_list_in_pages_and_expire(store: Store, clock: FakeClock) -> None:
     made = []
     for i in range(5):
