@@ -209,7 +209,7 @@ async def test_a_model_parked_by_a_failing_engine_is_placed_again_when_retried(t
         agent.start()
         await until(lambda: plane.explain("tiny")["status"] == "parked", what="tiny parked")
         assert agent.starts == 2
-        await asyncio.sleep(0.5)  # passes go by: a parked model is not started again
+        await asyncio.sleep(0.3)  # a pass goes by: a parked model is not started again
         assert agent.starts == 2 and replicas.replicas_for("tiny") == []
         assert "tiny" in (await store.get_setting(PARKED_SETTING)).value
 
