@@ -58,17 +58,26 @@ class AgentEvents(_Base):
         node = self.inventory.get(node_id)
         if node is None or not node.lost:
             return node
-        known = {**{s.shard_id: s for s in node.shards}, **node.lost_shards}
-        running = []
+        running, stale = [], []
         for summary in hb.shards:
-            shard = known.get(summary.shard_id)
-            if shard is not None and summary.state in ("starting", "ready"):
+            if summary.state not in ("starting", "ready") or summary.shard_id in self.records:
+                continue
+            shard = node.lost_shards.get(summary.shard_id)
+            if shard is not None:
                 running.append(attrs.evolve(shard, state=summary.state))
+            else:  # being stopped when the node was lost, or a rank of a replica placed again whole
+                stale.append(summary)
         node = self.inventory.found(node_id)
         assert node is not None
         node.lost_shards = {}
-        logs.event(log, "node back", node_id=node_id, running=[s.shard_id for s in running])
+        logs.event(log, "node back", node_id=node_id, running=[s.shard_id for s in running],
+                   stopping=[s.shard_id for s in stale])
         self._take_shards(node, running)
+        for summary in stale:
+            self.records[summary.shard_id] = rec = ReplicaRecord(
+                id=summary.shard_id, model="", node=node_id, profile="", engine="", state=summary.state,
+                created=self.clock(), since=self.clock(), adopted=True, start_sent=True)
+            self._retire(rec, "it still ran on its node, lost meanwhile, and no replica here wants it")
         self.inventory.heartbeat(node_id, hb)
         self.kick()
         return node

@@ -517,3 +517,19 @@ async def test_a_lost_node_that_registers_again_keeps_its_engine_and_the_extra_o
     await h.tick()
     assert h.agents.starts() == []
     assert len(h.agents.stops()) == 1
+
+
+async def test_a_lost_node_heard_again_has_what_no_replica_wants_stopped():
+    h = Harness([model("qwen")])
+    h.connect(register("node-a"))
+    [(_, first)] = await h.start_ready()
+    h.clock.advance(16)
+    await h.rec.reconcile_once()  # no heartbeat: lost
+    assert h.inventory.get("node-a").state() == "lost"
+    ours = w.ShardSummary(shard_id=first.shard_id, state="ready")
+    foreign = w.ShardSummary(shard_id="qwen-9999", state="ready")
+    h.rec.handle("node-a", w.Heartbeat(seq=5, shards=(ours, foreign)))
+    await h.tick()
+    assert h.agents.starts() == []
+    assert [m.shard_id for _, m in h.agents.stops()] == ["qwen-9999"]
+    assert [r.id for r in h.replicas.replicas_for("qwen")] == [first.shard_id]
