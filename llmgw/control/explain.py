@@ -113,6 +113,9 @@ def _status(rec: Reconciler, cm, st, ready: int, starting: int, wanted: int, now
     if st is not None and st.next_try > now and ready + starting < wanted:
         return "backing_off", (f"{st.failures} failed start{'s' if st.failures != 1 else ''} in a row; "
                                f"next try in {st.next_try - now:.0f} s; the last: {st.last_error}")
+    taken = rec.preemption.words(cm.name)
+    if ready + starting < wanted and taken:
+        return "unplaced", f"{taken}; it is placed again when room frees"
     if ready + starting < wanted and st is not None and st.decision is not None and not st.decision.placed:
         return "unplaced", st.decision.summary()
     if starting and ready < wanted:

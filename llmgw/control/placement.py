@@ -40,7 +40,11 @@ classes (opportunistic ones first, then standard; replicas above their
 model's minimum before others; the newest first) on the node where the
 fewest and least important have to go. A critical replica is never stopped
 for anything, and nothing but a critical model preempts, or a model whose
-owner is within its capacity guarantee (below).
+owner is within its capacity guarantee (below). A replica already being
+stopped is never chosen again: what it holds counts as freed, and when that
+is enough, or when stopping every candidate would still leave too little,
+nothing is stopped. (The reconciler keeps a victim off the node while the
+model it gave way to waits, and rate limits preemption: preemption.py.)
 
 Capacity quotas (llmgw/control/quotas.py), when given: a model's replica
 counts against the quota of the scope its `owner` names and of every scope
@@ -375,11 +379,14 @@ def _victims(room: _Room, profile: Profile, model_class: str,
     if model_class != "critical" and reclaim is None:
         return None
     candidates = sorted(
-        (h for h in room.holdings if CLASS_RANK.get(h.model_class, 1) < CLASS_RANK["critical"]),
+        (h for h in room.holdings if CLASS_RANK.get(h.model_class, 1) < CLASS_RANK["critical"] and not h.leaving),
         key=lambda h: (CLASS_RANK.get(h.model_class, 1), not h.spare, -h.started, h.replica_id),
     )
     usable_cards = set(room.healthy_gpus(profile.gpu_class))
     trial = attrs.evolve(room, held_gpus=set(room.held_gpus), holdings=list(room.holdings))
+    # Replicas already being stopped are going: what they hold counts as freed, and none is chosen again.
+    for going in (h for h in room.holdings if h.leaving):
+        _release(trial, going)
     chosen: list[Holding] = []
     for victim in candidates:
         gpus, memory, cores = _lacking(trial, profile)
@@ -392,12 +399,19 @@ def _victims(room: _Room, profile: Profile, model_class: str,
         if reclaim is not None and not reclaim.take(victim):
             continue
         chosen.append(victim)
-        trial.held_gpus -= set(victim.gpus)
-        trial.memory_free += victim.memory
-        trial.cores_free += victim.cores
+        _release(trial, victim)
+    # Stopping nothing helps when what is being stopped already makes room (the model waits for it),
+    # and stopping some helps nothing when the room stays too small: either way, nothing is stopped.
     if not chosen or any(_lacking(trial, profile)):
         return None
     return chosen
+
+
+def _release(trial: _Room, holding: Holding) -> None:
+    """The room as it is once `holding` has stopped."""
+    trial.held_gpus -= set(holding.gpus)
+    trial.memory_free += holding.memory
+    trial.cores_free += holding.cores
 
 
 # ---------------------------------------------------------------- capacity quotas
@@ -627,9 +641,9 @@ class PlacementPass:
     # -- the decision -------------------------------------------------------------
 
     def decide(self, model: ModelConfig, *, avoid: Iterable[str] = (), preempt: bool = True,
-               quotas: Quotas | None = None) -> Decision:
+               quotas: Quotas | None = None, held_for: Mapping[str, str] | None = None) -> Decision:
         """Where the next replica of `model` goes, as `place()` answers; nothing is held until `hold()`."""
-        avoid = set(avoid)
+        avoid = set(avoid) | set(held_for or ())
         avoid_slots = {self._slot[a] for a in avoid if a in self._slot}
         here = self._here.get(model.name, {})
         in_rack = self._in_rack.get(model.name, {})
@@ -641,6 +655,10 @@ class PlacementPass:
         stopped: list[str] = []  # the profiles a quota's limit stops, in words
         tried: list[tuple[Profile, str, _View]] = []
         fabric_words: list[str] = []  # why no fabric has room, for profiles over several nodes
+
+        def worded() -> Callable[[], list[Rejection]]:
+            return self._wording(tried, avoid, model, held_for)
+
         for profile in model.profiles:
             if mine:
                 need = _needs(profile)
@@ -663,12 +681,12 @@ class PlacementPass:
                     why=f"{profile.nodes} nodes on fabric {_shared_fabric([self._node[s] for s, _ in chosen])}, "
                         f"rank 0 on {self._ids[head]}",
                 )
-                return _answer(model.name, placement, self._wording(tried, avoid, model), len(self.nodes), stopped,
+                return _answer(model.name, placement, worded(), len(self.nodes), stopped,
                                fabric_words)
             s = self._best(view, profile, here, in_rack, weights, avoid_slots)
             if s is not None:
                 placement = _allocate(self._room_for(s, model.name), profile, engine, model)
-                return _answer(model.name, placement, self._wording(tried, avoid, model), len(self.nodes), stopped)
+                return _answer(model.name, placement, worded(), len(self.nodes), stopped)
 
         if preempt and (model.class_ == "critical" or mine):
             options = []
@@ -704,9 +722,9 @@ class PlacementPass:
                     else f"within the guarantee of {guarantee.scope}: stops {stops}",
                     guarantee=guarantee.scope if guarantee is not None else "",
                 )
-                return _answer(model.name, placement, self._wording(tried, avoid, model), len(self.nodes), stopped,
+                return _answer(model.name, placement, worded(), len(self.nodes), stopped,
                                fabric_words)
-        return _answer(model.name, None, self._wording(tried, avoid, model), len(self.nodes), stopped, fabric_words)
+        return _answer(model.name, None, worded(), len(self.nodes), stopped, fabric_words)
 
     @staticmethod
     def _guarantee_for(mine: tuple[CapacityQuota, ...], profile: Profile,
@@ -815,7 +833,7 @@ class PlacementPass:
         )
 
     def _wording(self, tried: list[tuple[Profile, str, _View]], avoid: set[str],
-                 model: ModelConfig) -> Callable[[], list[Rejection]]:
+                 model: ModelConfig, held_for: Mapping[str, str] | None = None) -> Callable[[], list[Rejection]]:
         """Every node's rejection, worded when first read, from the rooms as this decision saw them."""
         base, log, upto, order, ids = self._base, self._log, len(self._log), self._order, self._ids
         several = len(model.profiles) > 1
@@ -830,7 +848,8 @@ class PlacementPass:
                 for s in order:
                     node_id = ids[s]
                     if node_id in avoid:
-                        out.append(Rejection(node_id, "the replica it replaces is there", label))
+                        why = held_for.get(node_id) if held_for else None
+                        out.append(Rejection(node_id, why or "the replica it replaces is there", label))
                         continue
                     reason = view.reasons[s]
                     if reason is None:
@@ -898,10 +917,13 @@ def place(
     avoid: Iterable[str] = (),
     preempt: bool = True,
     quotas: Quotas | None = None,
+    held_for: Mapping[str, str] | None = None,
 ) -> Decision:
     """Where the next replica of `model` goes, with every node's rejection.
 
     `quotas`: the capacity quotas in force (none: nothing is held to a quota).
+    `held_for`: nodes kept from this model, each with the reason its rejection gives
+    (the reconciler's: cards taken from it for a model that still waits for them).
     A pure function of its arguments. It keeps the last call's `PlacementPass` and
     reuses it when called again with the same node objects, unchanged, and the same
     holdings plus new ones (as a pass that places one replica after another does),
@@ -917,7 +939,7 @@ def place(
             kept._catch_up(holdings)
         else:
             kept = _kept = PlacementPass(nodes, holdings, engines=engines)
-        return kept.decide(model, avoid=avoid, preempt=preempt, quotas=quotas)
+        return kept.decide(model, avoid=avoid, preempt=preempt, quotas=quotas, held_for=held_for)
 
 
 def _allocate(room: _Room, profile: Profile, engine: str, model: ModelConfig) -> Placement:

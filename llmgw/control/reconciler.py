@@ -49,6 +49,7 @@ from llmgw.control.inventory import Inventory, Node
 from llmgw.control.jobs import ReconcilerObserver
 from llmgw.control.parked import ParkedRecord, normalized
 from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, place
+from llmgw.control.preemption import PREEMPT_INTERVAL, PreemptionLedger, taken_words
 from llmgw.control.quotas import QuotaReader, Quotas
 from llmgw.control.state import (
     ModelState,
@@ -103,6 +104,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
         stop_grace: float = 30.0,
         observer: ReconcilerObserver | None = None,
         notify: Callable[[Event], object] | None = None,
+        preempt_interval: float = PREEMPT_INTERVAL,
     ) -> None:
         self.control = control
         self.catalog = catalog
@@ -134,6 +136,8 @@ class Reconciler(AgentEvents, EngineProvisioning):
         self._quota_reader = QuotaReader(clock)
         #: models that had replicas stopped to make room: placed first at the next pass, so the room is theirs
         self._reclaiming: set[str] = set()
+        #: the cards preemption took, kept from their victims while the model they went to waits (preemption.py)
+        self.preemption = PreemptionLedger(preempt_interval)
         #: the parked models as the store keeps them (read back when leading begins, written when they change)
         self.parked_record = ParkedRecord()
         #: node -> engine -> its installation's state (engine_provisioning.py)
@@ -193,6 +197,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
             for rec in list(self.records.values()):
                 if rec.model not in known and not rec.retiring:
                     self._retire(rec, "its model is not in the catalog any more")
+            self._settle_preemptions()
             # Models that had replicas stopped for them first, then critical ones: what a preemption
             # frees goes to the model it was made for.
             for model in sorted(self.catalog.cluster_models(),
@@ -325,6 +330,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
             self.replicas.remove(rec.id)
         self.records.clear()
         self._reclaiming.clear()
+        self.preemption.clear()
         for st in self.models.values():
             st.wake_waiters(ModelUnavailable(reason))
         self.models.clear()
@@ -418,7 +424,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
         missing = want - len(counted)
         if missing and not st.parked and now >= max(st.next_try, self.hold_starts_until) and not st.preempting:
             for _ in range(missing):
-                decision = self._decide(model)
+                decision = self._decide(model, preempt=self.preemption.may_preempt(model.name, now))
                 awaiting = None
                 if decision.placement is None and (found := self._place_with_install(model)) is not None:
                     decision, *awaiting = found
@@ -436,12 +442,13 @@ class Reconciler(AgentEvents, EngineProvisioning):
                     guarantee = decision.placement.guarantee
                     why = (f"preempted for {model.name}, within the guarantee of {guarantee}" if guarantee
                            else f"preempted for the critical model {model.name}")
-                    for rid in decision.placement.preempts:
-                        victim = self.records.get(rid)
-                        if victim is not None:
-                            self._retire(victim, why)
-                            st.preempting.add(rid)
+                    victims = [v for v in map(self.records.get, decision.placement.preempts) if v is not None]
+                    for victim in victims:
+                        self._retire(victim, why)
+                        st.preempting.add(victim.id)
                     self._reclaiming.add(model.name)
+                    self.preemption.preempted(model.name, taken_words(model.name, model.model_class, guarantee),
+                                              [(v.model, v.nodes) for v in victims], now)
                     break
                 launched = self._launch(model, decision.placement)
                 if awaiting:
@@ -555,9 +562,34 @@ class Reconciler(AgentEvents, EngineProvisioning):
 
     def _decide(self, model: CatalogModel, *, avoid: set[str] = frozenset(), preempt: bool = True,
                 quotas: bool = True) -> Decision:
-        """Placement's answer; `quotas` false for a replacement, which takes its original's place."""
+        """Placement's answer; `quotas` false for a replacement, which takes its original's place. The nodes
+        whose cards were taken from the model for one that still waits for them are left out."""
         return place(model.config, self.inventory.nodes(), self._holdings(), engines=self.engines,
-                     avoid=avoid, preempt=preempt, quotas=self.quotas if quotas else None)
+                     avoid=avoid, preempt=preempt, quotas=self.quotas if quotas else None,
+                     held_for=self.preemption.held_for(model.name))
+
+    def _settle_preemptions(self) -> None:
+        """Let a preempted model back onto its node once the model its cards went to no longer needs them."""
+        ledger = self.preemption
+        involved = ledger.preemptors() | ledger.victims()
+        if not involved:
+            return
+        now = self.clock()
+        preemptors = ledger.preemptors()
+        short, waiting, running_on = set(), set(), set()
+        for name in involved:
+            cm = self.catalog.get(name)
+            st = self.models.get(name)
+            if cm is None or st is None or st.parked:
+                continue
+            live = [r for r in self.records.values() if r.model == name and r.live]
+            counted = [r for r in live if not (r.replaces and self._serving(r.replaces))]
+            if len(counted) < self._want(cm, st, counted, now):
+                short.add(name)
+                if name in preemptors:
+                    waiting.add(name)
+            running_on.update((name, node) for r in live for node in r.nodes)
+        ledger.settle(waiting, running_on, short)
 
     async def _read_quotas(self) -> None:
         """The capacity quotas, from the store; kept as they were when it cannot be read."""
