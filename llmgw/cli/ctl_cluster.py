@@ -35,9 +35,11 @@ def register(sub) -> None:
                           "its agent's log.")
     cmds = node.add_subparsers(dest="node_command", metavar="SUBCOMMAND")
     node.set_defaults(handler=usage_of(node, "ctl node"))
-    p = cmds.add_parser("remove", help="Forget a node (the machine is not touched).",
-                        description="Forget a node: the control plane stops counting it; the machine is not "
-                        "touched. Refused while replicas run there: drain it first.")
+    p = cmds.add_parser("remove", help="Forget a node and revoke its certificate (the machine is not touched).",
+                        description="Forget a node: the control plane stops counting it, closes its agent's "
+                        "connection and revokes its certificate, so it cannot register again until it joins "
+                        "again with a new code; the machine is not touched. Refused while replicas run there: "
+                        "drain it first.")
     p.add_argument("node", metavar="NODE")
     register_leaf(p, run_node_remove)
     p = cmds.add_parser("label", help="Set labels (key=value) or take them off (key-).",
