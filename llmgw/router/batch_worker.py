@@ -46,7 +46,7 @@ from aiohttp.streams import StreamReader
 from llmgw.auth.principal import ANONYMOUS, AuthError, Principal
 from llmgw.obs import logs
 from llmgw.router.batches import ENDPOINTS
-from llmgw.router.errors import dumps, error_body, loads
+from llmgw.router.errors import GatewayError, dumps, error_body, loads
 from llmgw.router.gateway import GATEWAY, INTERNAL_PRINCIPAL, REQUEST_ID
 from llmgw.router.pipeline import new_request_id, serve
 from llmgw.store import StoreError
@@ -307,7 +307,8 @@ class BatchRun:
         self.batch = batch
         self.store = worker.store
         self.stop = asyncio.Event()
-        self.reason: str | None = None  # why lines stopped: cancelled, expired
+        self.reason: str | None = None  # why lines stopped: cancelled, expired, storage_quota
+        self.quota_error: dict[str, Any] | None = None  # the batch's error when its results passed the quota
         self._pending: list[BatchResult] = []
         self._flushing = asyncio.Lock()
 
@@ -352,6 +353,9 @@ class BatchRun:
             else:
                 await self._run_lines(todo, principal)
             await self._flush()
+        if self.quota_error is not None:  # what was written is kept; nothing more, the quota is full
+            await self._finish("failed", errors=[self.quota_error])
+            return
         done = await self.store.batch_lines_done(b.id)
         left = [line for line in lines if line.number not in done]
         if left:
@@ -369,10 +373,10 @@ class BatchRun:
         await self.store.set_batch_status(self.batch.id, "failed", expect=["validating", "in_progress"], errors=errors)
         logs.event(log, "batch failed its check", logging.WARNING, batch_id=self.batch.id, problems=len(errors))
 
-    async def _finish(self, status: str) -> None:
+    async def _finish(self, status: str, errors: list[dict[str, Any]] | None = None) -> None:
         retention = self.worker.settings.output_retention
         expires = dt.datetime.now(dt.UTC) + retention if retention.total_seconds() > 0 else None
-        done = await self.store.finish_batch(self.batch.id, status, output_expires_at=expires)
+        done = await self.store.finish_batch(self.batch.id, status, output_expires_at=expires, errors=errors)
         logs.event(log, "batch ended", batch_id=done.id, status=done.status, completed=done.completed,
                    failed=done.failed)
 
@@ -443,11 +447,33 @@ class BatchRun:
             if not self._pending:
                 return
             ready, self._pending = self._pending, []
+            if self.quota_error is not None or not await self._within_quota(ready):
+                return  # past the quota: these are not kept, and the batch stops
             try:
                 self.batch = await self.store.record_batch_results(self.batch.id, ready)
             except BaseException:
                 self._pending[:0] = ready  # kept for the next try
                 raise
+
+    async def _within_quota(self, ready: list[BatchResult]) -> bool:
+        """False, and the batch told to stop with its error, when keeping `ready` would take the
+        batch's owner past its storage quota."""
+        try:
+            await self.worker.data.check_quota(self.batch.owner, sum(len(r.text.encode()) for r in ready))
+        except GatewayError as exc:
+            if exc.code != "storage_quota_exceeded":  # the store could not say: kept for the next try
+                self._pending[:0] = ready
+                raise StoreError(exc.message) from exc
+            first = min(r.line for r in ready)
+            self.quota_error = {"code": "storage_quota_exceeded", "param": None, "line": first,
+                                "message": f"the batch stopped at line {first}: keeping its results would pass "
+                                           f"the storage quota; {exc.message}"}
+            self.reason = "storage_quota"
+            self.stop.set()
+            logs.event(log, "batch stopped at the storage quota", logging.WARNING, batch_id=self.batch.id,
+                       line=first)
+            return False
+        return True
 
     async def _line(self, line: Line, principal: Principal) -> BatchResult | None:
         """A line's result; None when the batch stopped while the line waited to be tried again.

@@ -32,7 +32,7 @@ from llmgw.obs import logs
 from llmgw.router.errors import JSON, GatewayError, bad_request, dumps
 from llmgw.router.gateway import GATEWAY, Gateway
 from llmgw.store import Conflict, Invalid, NotFound, Store, StoreError, StoreUnavailable
-from llmgw.store.client_data import ProjectFeatures
+from llmgw.store.client_data import ANONYMOUS_OWNER, ProjectFeatures
 from llmgw.tasks import cancel_and_wait
 
 log = logs.get("llmgw.router.client_data")
@@ -41,8 +41,6 @@ log = logs.get("llmgw.router.client_data")
 FEATURES_TTL = 30.0
 #: Seconds between two rounds of forgetting expired threads and files.
 JANITOR_EVERY = 600.0
-#: The owner of files and batches on a gateway that takes no keys.
-ANONYMOUS_OWNER = "anonymous"
 
 
 class ClientData:

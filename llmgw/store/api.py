@@ -723,5 +723,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def finish_batch(
         self, batch_id: str, status: str, *, output_expires_at: dt.datetime | None = None,
+        errors: list[dict[str, Any]] | None = None,
     ) -> Batch:
-        """End a batch: its results become its output and error files, and are dropped."""
+        """End a batch: its results become its output and error files, and are dropped; ``errors`` (OpenAI's
+        {code, message, param, line}) say why it failed."""

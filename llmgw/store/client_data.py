@@ -54,6 +54,8 @@ BATCH_STATUS_TIMES: dict[str, str] = {
 
 #: `set_project_features(storage_quota_bytes=SERVER_QUOTA)`: back to the server's quota.
 SERVER_QUOTA = -1
+#: The owner of files, batches and (for the storage quota) stored responses on a gateway that takes no keys.
+ANONYMOUS_OWNER = "anonymous"
 
 
 @attrs.frozen(kw_only=True)

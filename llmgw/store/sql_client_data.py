@@ -16,6 +16,7 @@ from typing import Any
 
 from . import validate as v
 from .client_data import (
+    ANONYMOUS_OWNER,
     DEFAULT_THREAD_RETENTION,
     MAX_AGENT_CHARS,
     MAX_NOTE_KEY_BYTES,
@@ -32,7 +33,7 @@ from .client_data import (
 )
 from .errors import Conflict, Invalid
 from .sql_files_batches import SQLFilesBatches
-from .sqlbase import Tx, from_json
+from .sqlbase import Tx, from_json, qmarks
 
 FEATURE_COLS = ("project_id, threads, thread_retention_s, memory, cache, cache_ttl_s, updated_at, actor,"
                 " storage_quota_bytes")
@@ -136,15 +137,19 @@ class SQLClientData(SQLFilesBatches):
 
         async def work(tx: Tx) -> int:
             total = 0
-            for sql in (
-                "SELECT COALESCE(SUM(bytes), 0) FROM files WHERE owner = ?",
-                "SELECT COALESCE(SUM(LENGTH(r.text)), 0) FROM batch_results r JOIN batches b ON b.id = r.batch_id"
-                " WHERE b.owner = ?",
-                "SELECT COALESCE(SUM(LENGTH(messages)), 0) FROM thread_turns WHERE project_id = ?",
-                "SELECT COALESCE(SUM(LENGTH(text) + LENGTH(tags)), 0) FROM memory_notes WHERE project_id = ?",
-                "SELECT COALESCE(SUM(LENGTH(messages) + LENGTH(response)), 0) FROM responses WHERE scope = ?",
+            # Responses made without keys are kept under the scope "": they are the anonymous owner's.
+            scopes = [owner, ""] if owner == ANONYMOUS_OWNER else [owner]
+            for sql, args in (
+                ("SELECT COALESCE(SUM(bytes), 0) FROM files WHERE owner = ?", [owner]),
+                ("SELECT COALESCE(SUM(LENGTH(r.text)), 0) FROM batch_results r JOIN batches b ON b.id = r.batch_id"
+                 " WHERE b.owner = ?", [owner]),
+                ("SELECT COALESCE(SUM(LENGTH(messages)), 0) FROM thread_turns WHERE project_id = ?", [owner]),
+                ("SELECT COALESCE(SUM(LENGTH(text) + LENGTH(tags)), 0) FROM memory_notes WHERE project_id = ?",
+                 [owner]),
+                ("SELECT COALESCE(SUM(LENGTH(messages) + LENGTH(response)), 0) FROM responses"
+                 f" WHERE scope IN ({qmarks(len(scopes))})", scopes),
             ):
-                total += int(await tx.fetchval(sql, owner) or 0)
+                total += int(await tx.fetchval(sql, *args) or 0)
             return total
 
         return await self._read(work)

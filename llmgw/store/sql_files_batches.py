@@ -421,6 +421,7 @@ class SQLFilesBatches(SQLStoreBase):
 
     async def finish_batch(
         self, batch_id: str, status: str, *, output_expires_at: dt.datetime | None = None,
+        errors: list[dict[str, Any]] | None = None,
     ) -> Batch:
         """End a batch: its results become its output file (lines that succeeded) and its error
         file (the others), in line order, each only when it has a line; then the results go."""
@@ -428,6 +429,7 @@ class SQLFilesBatches(SQLStoreBase):
         if status not in ("completed", "expired", "cancelled", "failed"):
             raise Invalid(f"status: a batch ends completed, expired, cancelled or failed, not {status!r}")
         expires_at = v.check_opt_time(output_expires_at, "output_expires_at")
+        errors_text = None if errors is None else v.to_json(errors, "errors")
         now = self._now()
 
         async def work(tx: Tx) -> Any:
@@ -450,7 +452,8 @@ class SQLFilesBatches(SQLStoreBase):
             await self._recount(tx, batch_id)
             await tx.execute(
                 f"UPDATE batches SET status = ?, {BATCH_STATUS_TIMES[status]} = ?, output_file_id = ?,"
-                " error_file_id = ? WHERE id = ?", status, self._t(now), ids[True], ids[False], batch_id,
+                " error_file_id = ?, errors = COALESCE(?, errors) WHERE id = ?",
+                status, self._t(now), ids[True], ids[False], errors_text, batch_id,
             )
             await tx.execute("DELETE FROM batch_results WHERE batch_id = ?", batch_id)
             return await tx.fetchrow(f"SELECT {BATCH_COLS} FROM batches WHERE id = ?", batch_id)

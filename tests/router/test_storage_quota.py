@@ -85,3 +85,46 @@ async def test_the_mcp_remember_tool_keeps_to_the_quota_and_a_deep_mcp_body_is_a
     status, body, _ = await get_json(http, "POST", f"{sg.url}/mcp", data=deep,
                                      headers=sg.headers(**{"Content-Type": "application/json"}))
     assert status == 400 and body["error"]["code"] == -32700 and "max_json_depth" in body["error"]["message"]
+
+
+async def test_a_batch_whose_results_pass_the_quota_fails_with_its_error_and_keeps_what_it_wrote(
+        stored_gateway, recorder, monkeypatch):
+    from .test_batches import chat_line, jsonl, results, until_done
+
+    monkeypatch.setattr("llmgw.router.batch_worker.FLUSH_AT", 1)  # every result written as it comes
+    engine = await recorder()
+    sg = await stored_gateway([model("m", engine.url + "/v1")], router={**QUOTA, "batch": {"concurrency": 1}})
+    client = sg.client()
+    requests = jsonl([chat_line(i) for i in range(30)])
+    room = 3000  # what is left of the 64 KiB once the input is kept: a few results, not 30
+    uploaded = await client.files.create(file=("in.jsonl", requests + b" " * (65_536 - room - len(requests) - 1)
+                                               + b"\n"), purpose="batch")
+    batch = await client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                        completion_window="24h")
+    done = await until_done(client, batch.id)
+    assert done.status == "failed"
+    [error] = done.errors.data
+    assert error.code == "storage_quota_exceeded" and "storage quota" in error.message and error.line >= 2
+    kept = await results(client, done.output_file_id)
+    assert 1 <= len(kept) < 30 and all(r["response"]["status_code"] == 200 for r in kept)
+    assert len(kept) == done.request_counts.completed and error.line == len(kept) + 1
+    assert await sg.store.storage_used(sg.project.id) <= 65_536
+
+
+async def test_responses_kept_without_keys_count_under_the_anonymous_owner(stored_gateway, recorder):
+    from .stored import wait_for
+
+    engine = await recorder()
+    sg = await stored_gateway([model("m", engine.url + "/v1")], keys_required=False, router=QUOTA)
+    client = sg.client()
+    await client.files.create(file=("a.jsonl", b"x" * 60_000), purpose="batch")
+    answer = await client.responses.create(model="m", input="w" * 2000)
+    assert answer.status == "completed"
+
+    async def counted():
+        return await sg.store.storage_used("anonymous") > 62_000 or None
+
+    await wait_for(counted, timeout=5, every=0.05)
+    with pytest.raises(openai.APIStatusError) as caught:  # 60 000 + 5 000 fits; with the response it does not
+        await client.files.create(file=("b.jsonl", b"y" * 5000), purpose="batch")
+    assert caught.value.status_code == 413 and caught.value.body["code"] == "storage_quota_exceeded"
