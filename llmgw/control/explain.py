@@ -117,7 +117,9 @@ def _status(rec: Reconciler, cm, st, ready: int, starting: int, wanted: int, now
     if ready + starting < wanted and taken:
         return "unplaced", f"{taken}; it is placed again when room frees"
     if ready + starting < wanted and st is not None and st.decision is not None and not st.decision.placed:
-        return "unplaced", st.decision.summary()
+        wait = rec.preemption.wait_left(cm.name, now)
+        return "unplaced", st.decision.summary() + (f"; it may stop replicas for room again in {wait:.0f} s"
+                                                    if wait else "")
     if starting and ready < wanted:
         return "starting", f"{ready} of {wanted} ready, {starting} starting"
     if ready < wanted:

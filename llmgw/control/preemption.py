@@ -56,6 +56,11 @@ class PreemptionLedger:
         last = self._last.get(model)
         return last is None or now - last >= self.interval
 
+    def wait_left(self, model: str, now: float) -> float:
+        """Seconds until `model` may preempt again (0 when it may now)."""
+        last = self._last.get(model)
+        return 0.0 if last is None else max(0.0, self.interval - (now - last))
+
     def preempted(self, preemptor: str, words: str, victims: Iterable[tuple[str, Iterable[str]]],
                   now: float) -> None:
         """`preemptor` stopped replicas: each victim as (its model, the nodes it ran on)."""

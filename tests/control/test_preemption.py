@@ -165,6 +165,9 @@ async def test_a_model_preempts_at_most_once_per_interval(sqlite_store):
                         actor="test")
     await agent.passes(4, seconds=1)
     assert len(agent.stops) == 1 and len(running(h, "vip")) == 1  # the second waits out the interval
+    info = explain(h.rec, "vip")
+    assert info["status"] == "unplaced"
+    assert info["reason"].endswith("; it may stop replicas for room again in 7 s")
     await agent.passes(8, seconds=1)
     assert len(agent.stops) == 2 and len(running(h, "vip")) == 2
     assert running(h, "cheap") == []
