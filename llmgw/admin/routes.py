@@ -23,6 +23,7 @@ from llmgw.admin import handlers_logs as hl
 from llmgw.admin import handlers_notify as hn
 from llmgw.admin import handlers_ops as ho
 from llmgw.admin import handlers_people as hp
+from llmgw.admin import handlers_storage as hst
 from llmgw.admin import handlers_usage as hu
 from llmgw.admin import server_config as hs
 from llmgw.admin.api_types import (
@@ -67,6 +68,7 @@ from llmgw.admin.backup_types import BackupList, BackupMade
 from llmgw.admin.engine_types import EngineInstallRequest, EngineInstallStarted, EngineList, EngineQuery
 from llmgw.admin.join_types import JoinCodeCreate, JoinCodeInfo, JoinCodeIssued, JoinCodeList
 from llmgw.admin.notify_types import NotifyTestRequest, NotifyTestResult
+from llmgw.admin.storage_types import StorageQuota, StorageQuotaQuery, StorageQuotaSet
 from llmgw.admin import forms
 from llmgw.admin.dispatch import PREFIX, Route, make_endpoint
 from llmgw.admin.forms import Param
@@ -264,6 +266,11 @@ ROUTES: tuple[Route, ...] = (
           request=LimitsSet, action="keys.limits", target="{scope}", summary="Change the limits on a scope"),
     Route(method="DELETE", path="/limits", handler=hp.clear_limits, tag="people", response=LimitsInfo,
           query=ScopeQuery, action="keys.limits-clear", target="{scope}", summary="Remove the limits on a scope"),
+    Route(method="GET", path="/storage-quota", handler=hst.get_storage_quota, tag="people", response=StorageQuota,
+          query=StorageQuotaQuery, summary="Show a project's storage quota and what it keeps"),
+    Route(method="PUT", path="/storage-quota", handler=hst.set_storage_quota, tag="people", response=StorageQuota,
+          request=StorageQuotaSet, action="keys.quota", target="project:{project}",
+          summary="Change a project's storage quota"),
     # ---- backups
     Route(method="GET", path="/backups", handler=hb.list_backups, tag="backups", response=BackupList,
           summary="List the backup archives"),

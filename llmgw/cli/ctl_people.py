@@ -1,4 +1,5 @@
-"""`llmgw ctl orgs|users|keys|limits`: people, keys and limits through the admin API.
+"""`llmgw ctl orgs|users|keys|limits|storage-quota`: people, keys, limits and projects' storage quotas
+through the admin API.
 
 The same operations as `llmgw org|users|keys` (which work on the store
 directly, on the control plane), for a machine that reaches only the admin
@@ -115,6 +116,18 @@ def register(sub) -> None:
     p = cmds.add_parser("clear", help="Remove every limit on a scope.", description="Remove every limit on SCOPE.")
     p.add_argument("scope", metavar="SCOPE")
     register_leaf(p, run_limits_clear)
+
+    p = sub.add_parser("storage-quota", help="Show or set how much a project may keep (files, batch results, "
+                       "threads, notes, responses).",
+                       description="Show PROJECT's storage quota and what it keeps now; with SIZE (like 50GiB; 0 "
+                       "is no limit) give it its own quota, with --default the server's "
+                       "router.clients.project_storage_bytes again. A running gateway reads a change within 30 "
+                       "seconds. The same as `llmgw keys quota`, through the admin API.")
+    p.add_argument("project", metavar="PROJECT", help="ORG/PROJECT or ORG/TEAM/PROJECT")
+    choice = p.add_mutually_exclusive_group()
+    choice.add_argument("size", metavar="SIZE", nargs="?", help="the quota, like 50GiB or 500MB; 0 is no limit")
+    choice.add_argument("--default", action="store_true", help="use the server's quota again")
+    register_leaf(p, run_storage_quota)
 
 
 def _out(args: argparse.Namespace, value: Any, line: str) -> int:
@@ -270,3 +283,32 @@ def run_limits_set(args, client: AdminClient) -> int:
 def run_limits_clear(args, client: AdminClient) -> int:
     info = client.request("DELETE", "/limits", query={"scope": args.scope})
     return _out(args, info, f"{info['scope']}: limits removed")
+
+
+def _storage_line(info: dict[str, Any]) -> str:
+    from llmgw.config.units import ByteSize
+
+    def size(n: int) -> str:
+        return "no limit" if n == 0 else str(ByteSize(n))
+
+    own = info["storage_quota_bytes"]
+    quota = (f"the server's, {size(info['server_quota_bytes'])} (router.clients.project_storage_bytes)"
+             if own is None else size(own))
+    return f"{info['project']}: storage quota {quota}; keeps {ByteSize(info['used_bytes'])} now"
+
+
+def run_storage_quota(args, client: AdminClient) -> int:
+    from llmgw.cli.ctl_client import CtlError
+    from llmgw.config.units import ByteSize
+
+    if not args.default and args.size is None:
+        info = client.get("/storage-quota", project=args.project)
+        return _out(args, info, _storage_line(info))
+    size = None
+    if not args.default:
+        try:
+            size = int(ByteSize.parse(args.size))
+        except ValueError as exc:
+            raise CtlError(f"SIZE: {exc}", 2) from None
+    info = client.request("PUT", "/storage-quota", body={"project": args.project, "storage_quota_bytes": size})
+    return _out(args, info, _storage_line(info) + "\nA running gateway reads the change within 30 seconds.")

@@ -126,6 +126,24 @@ def test_people_through_the_api(capsys, live):
     assert {e["via"] for e in events} == {"ctl"}
 
 
+def test_storage_quota_shown_set_cleared_and_audited(capsys, live):
+    ok(capsys, "orgs", "create", "acme")
+    ok(capsys, "orgs", "create", "acme/search")
+    ok(capsys, "orgs", "create", "acme/search/indexer")
+    assert ok(capsys, "storage-quota", "acme/search/indexer") == (
+        "acme/search/indexer: storage quota the server's, 10GiB (router.clients.project_storage_bytes);"
+        " keeps 0 now\n")
+    assert ok(capsys, "storage-quota", "acme/search/indexer", "50GiB").startswith(
+        "acme/search/indexer: storage quota 50GiB; keeps 0 now\nA running gateway reads the change")
+    assert ok_json(capsys, "storage-quota", "acme/search/indexer")["storage_quota_bytes"] == 50 * 1024**3
+    assert "storage quota no limit" in ok(capsys, "storage-quota", "acme/search/indexer", "0")
+    assert "the server's" in ok(capsys, "storage-quota", "acme/search/indexer", "--default")
+    assert refused(capsys, "storage-quota", "acme/search/indexer", "lots").startswith("SIZE: expected a size")
+    assert ok_json(capsys, "storage-quota", "acme/search/indexer")["storage_quota_bytes"] is None
+    events = ok_json(capsys, "audit", "--action", "keys.quota")["events"]
+    assert len(events) == 3 and {e["via"] for e in events} == {"ctl"}
+
+
 def test_openapi_prints_the_committed_document(capsys, live):
     local = ok(capsys, "openapi")
     assert local == (ROOT / "docs" / "admin-api.openapi.json").read_text(encoding="utf-8")
