@@ -168,6 +168,19 @@ async def test_files_are_kept_per_owner(store: Store, clock: FakeClock) -> None:
     assert await store.get_file("prj-a", f.id) is None
 
 
+async def test_responses_kept_without_keys_are_the_anonymous_owners_storage(store: Store) -> None:
+    import datetime as dt
+
+    await store.create_file("anonymous", purpose="batch", filename="in.jsonl", content=b"x" * 100)
+    assert await store.storage_used("anonymous") == 100
+    kept = await store.put_response("resp_0123456789abcdef0123456789abcdef", scope="", model="m",
+                                    messages=[{"role": "user", "content": "w" * 500}],
+                                    response={"id": "resp_1", "output": []}, ttl=dt.timedelta(hours=1))
+    assert kept is not None
+    assert await store.storage_used("anonymous") > 600  # the file and the response
+    assert await store.storage_used("prj-a") == 0
+
+
 async def test_a_file_is_read_back_a_stored_piece_at_a_time(store: Store) -> None:
     import io
 
