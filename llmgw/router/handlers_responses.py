@@ -15,7 +15,7 @@ import re
 from aiohttp import web
 
 from llmgw.auth.principal import Principal
-from llmgw.router.client_data import CLIENT_DATA, no_store
+from llmgw.router.client_data import CLIENT_DATA, no_store, owner_of
 from llmgw.router.errors import JSON, GatewayError, bad_request, dumps, loads
 from llmgw.router.gateway import GATEWAY, Gateway
 from llmgw.router.pipeline import serve
@@ -71,7 +71,8 @@ class ResponsesDialect:
         self.draft = draft_from(body)
         self.keep_it = self.draft.store and not no_store(self.gw, principal)
         if self.keep_it and self.data is not None:  # it will be kept: refused before it is answered
-            await self.data.check_quota(self.scope, len(dumps(chat)))
+            # Counted for whoever owns its files too: the project, else the person, else everyone.
+            await self.data.check_quota(owner_of(principal), len(dumps(chat)))
         return chat
 
     def answer(self, status: int, raw: bytes) -> tuple[int, bytes]:

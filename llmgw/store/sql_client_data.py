@@ -146,8 +146,11 @@ class SQLClientData(SQLFilesBatches):
                 ("SELECT COALESCE(SUM(LENGTH(messages)), 0) FROM thread_turns WHERE project_id = ?", [owner]),
                 ("SELECT COALESCE(SUM(LENGTH(text) + LENGTH(tags)), 0) FROM memory_notes WHERE project_id = ?",
                  [owner]),
+                # A personal key's files are its person's (owner_of) while its answers are kept under the
+                # key (scope_of): a person's storage counts the answers of every personal key of theirs.
                 ("SELECT COALESCE(SUM(LENGTH(messages) + LENGTH(response)), 0) FROM responses"
-                 f" WHERE scope IN ({qmarks(len(scopes))})", scopes),
+                 f" WHERE scope IN ({qmarks(len(scopes))})"
+                 " OR scope IN (SELECT id FROM api_keys WHERE user_id = ? AND project_id IS NULL)", [*scopes, owner]),
             ):
                 total += int(await tx.fetchval(sql, *args) or 0)
             return total

@@ -128,3 +128,16 @@ async def test_responses_kept_without_keys_count_under_the_anonymous_owner(store
     with pytest.raises(openai.APIStatusError) as caught:  # 60 000 + 5 000 fits; with the response it does not
         await client.files.create(file=("b.jsonl", b"y" * 5000), purpose="batch")
     assert caught.value.status_code == 413 and caught.value.body["code"] == "storage_quota_exceeded"
+
+
+async def test_a_response_is_refused_when_its_owners_files_fill_the_quota(stored_gateway, recorder):
+    """A response counts for whoever owns the files: without keys, the files of everyone."""
+    engine = await recorder()
+    sg = await stored_gateway([model("m", engine.url + "/v1")], keys_required=False, router=QUOTA)
+    client = sg.client()
+    await client.files.create(file=("a.jsonl", b"x" * 64_000), purpose="batch")
+    with pytest.raises(openai.APIStatusError) as caught:
+        await client.responses.create(model="m", input="w" * 2000)
+    assert caught.value.status_code == 413 and caught.value.body["code"] == "storage_quota_exceeded"
+    answer = await client.responses.create(model="m", input="w" * 2000, store=False)
+    assert answer.status == "completed"

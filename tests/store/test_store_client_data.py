@@ -291,3 +291,19 @@ async def test_batch_cancel_and_list(store: Store, clock: FakeClock) -> None:
             await store.cancel_batch("prj-a", second.id)
     failed = await store.get_batch(second.id)
     assert failed.errors == [{"code": "x", "message": "y"}] and failed.failed_at == clock.now
+
+
+async def test_a_persons_storage_counts_the_answers_of_their_personal_keys(store: Store, tree: Tree) -> None:
+    """Files of a personal key are its person's; the answers it keeps are under the key: both count for the person."""
+    import hashlib
+
+    user = tree.user
+    key = await store.create_key(key_hash=hashlib.sha256(b"personal").hexdigest(), prefix="llmgw-person",
+                                 name="laptop", user_id=user.id)
+    await store.create_file(user.id, purpose="batch", filename="in.jsonl", content=b"x" * 100)
+    assert await store.storage_used(user.id) == 100
+    await store.put_response("resp_0123456789abcdef0123456789abcdee", scope=key.id, model="m",
+                             messages=[{"role": "user", "content": "w" * 500}],
+                             response={"id": "resp_2", "output": []}, ttl=dt.timedelta(hours=1))
+    assert await store.storage_used(user.id) > 600  # the file and the key's answer
+    assert await store.storage_used(tree.project.id) == 0
