@@ -130,22 +130,8 @@ class SQLFilesBatches(SQLStoreBase):
         return None if r is None else self._file(r)
 
     async def read_file_content(self, owner: str, file_id: str) -> bytes | None:
-        owner = _check_owner(owner)
-        file_id = v.check_id(file_id, "file id")
-        live, now = self._live()
-
-        async def work(tx: Tx) -> Any:
-            r = await tx.fetchrow(f"SELECT bytes, content FROM files WHERE id = ? AND owner = ?{live}",
-                                  file_id, owner, now)
-            if r is None:
-                return None
-            if r["bytes"] and not r["content"]:  # kept in pieces
-                rows = await tx.fetch("SELECT data FROM file_chunks WHERE file_id = ? ORDER BY seq", file_id)
-                return b"".join(bytes(row["data"]) for row in rows)
-            return r["content"]
-
-        content = await self._read(work)
-        return None if content is None else bytes(content)
+        pieces = await self.iter_file_content(owner, file_id)
+        return None if pieces is None else b"".join([piece async for piece in pieces])
 
     async def iter_file_content(self, owner: str, file_id: str) -> AsyncIterator[bytes] | None:
         """The file's bytes a piece (at most 1 MiB) at a time, each piece read on its own; None when
