@@ -126,3 +126,13 @@ def test_without_a_terminal_init_asks_for_yes(tmp_path, capsys, monkeypatch):
     assert main(["server", "init", "--root", str(tmp_path / "m")]) == 2
     assert "give --yes" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_mirror_here_adds_the_mirror_its_unit_and_its_ports(tmp_path, capsys):
+    root = tmp_path / "m"
+    assert main(_init(root, "--dry-run", "--mirror", "here")) == 0
+    out = capsys.readouterr().out
+    L = Layout(root)
+    assert f"== {L.unit('mirror')}" in out and "mirror serve" in out
+    assert "tcp dport 8081" in out  # the mirror's files, for the nodes
+    assert not root.exists()
