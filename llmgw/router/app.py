@@ -17,7 +17,9 @@ from llmgw.obs import logs
 from llmgw.router import client_data
 from llmgw.router import handlers_anthropic as anthropic
 from llmgw.router import handlers_openai as h
+from llmgw.router import handlers_models as models
 from llmgw.router import handlers_responses as responses
+from llmgw.router import responses_items
 from llmgw.router.errors import GatewayError
 from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, Gateway
 from llmgw.router.pipeline import new_request_id
@@ -93,7 +95,9 @@ def make_router_app(gateway: Gateway) -> web.Application:
         web.post("/v1/responses", responses.create_response),
         web.get("/v1/responses/{response_id}", responses.get_response),
         web.delete("/v1/responses/{response_id}", responses.delete_response),
-        web.get("/v1/models", h.list_models),
+        web.get("/v1/responses/{response_id}/input_items", responses_items.list_input_items),
+        web.get("/v1/models", models.list_models),  # OpenAI's list, or Anthropic's for an Anthropic request
+        web.get("/v1/models/{model_id:.+}", models.get_model),
         web.get("/me", h.me),
         web.get("/v1/me", h.me),
         web.get("/health", h.health),
