@@ -17,6 +17,7 @@ from llmgw.obs import logs
 from llmgw.router import client_data
 from llmgw.router import handlers_anthropic as anthropic
 from llmgw.router import handlers_openai as h
+from llmgw.router import handlers_rerank as rerank
 from llmgw.router import handlers_models as models
 from llmgw.router import handlers_responses as responses
 from llmgw.router import responses_items
@@ -90,6 +91,8 @@ def make_router_app(gateway: Gateway) -> web.Application:
         web.post("/v1/chat/completions", h.chat_completions),
         web.post("/v1/completions", h.completions),
         web.post("/v1/embeddings", h.embeddings),
+        web.post("/v1/rerank", rerank.rerank),
+        web.post("/v1/score", rerank.score),
         web.post("/v1/messages", anthropic.messages),
         web.post("/v1/messages/count_tokens", anthropic.count_tokens),
         web.post("/v1/responses", responses.create_response),

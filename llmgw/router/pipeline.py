@@ -55,6 +55,8 @@ MAX_TAGS, MAX_TAG_CHARS = 16, 128
 CLIENT_CLOSED = 499
 #: The metrics' model label of a request for no known model: a client's made-up names must not become series.
 UNKNOWN_MODEL = "unknown"
+#: Kinds whose answer is not generated text (no stream, no max_tokens held, no prompt prefix to place by).
+NOT_GENERATED = frozenset({"embedding", "rerank", "score"})
 
 
 @attrs.define(slots=True)
@@ -108,20 +110,25 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
     grants: list[Grant] = []
     try:
         call.principal = await gw.authenticate(request)
-        body_bytes, body = await read_json_body(request, gw, getattr(dialect, "operation", None) or kind)
+        reader = getattr(dialect, "read_body", None)  # a form upload (audio), not a JSON body
+        if reader is not None:
+            body_bytes, body = await reader(request, gw)
+        else:
+            body_bytes, body = await read_json_body(request, gw, getattr(dialect, "operation", None) or kind)
         if dialect is not None:
             body = await dialect.chat_body(body, call.principal)
             body_bytes = dumps(body)
         _read_request(call, request, body)
         principal = call.principal
-        model = gw.catalog.resolve(call.model_asked)
+        resolve = getattr(dialect, "resolve_model", None)  # moderations: the cluster's judge, not the catalog
+        model = gw.catalog.resolve(call.model_asked) if resolve is None else resolve(principal, call.model_asked)
         if model is None:
             names = ", ".join(gw.allowed_models(principal)) or "none"
             raise GatewayError(404, "model_not_found",
                                f"no model called {call.model_asked!r} is served here; your key may use: {names}",
                                param="model")
         call.model = model
-        if not (principal.may_use(model) or principal.may_use(call.model_asked)):
+        if resolve is None and not (principal.may_use(model) or principal.may_use(call.model_asked)):
             raise GatewayError(403, "model_not_allowed", f"this key may not use {call.model_asked!r}", param="model")
         # client data: a thread's stored conversation in front of the new turn, before the limits count it
         body_bytes, body = await threads.attach(gw, call, request, body_bytes, body)
@@ -181,7 +188,7 @@ def _read_request(call: Call, request: web.Request, body: dict) -> None:
         raise bad_request("name a model in `model`; GET /v1/models lists the ones your key may use",
                           param="model", code="missing_model")
     call.model_asked = model
-    if call.kind != "embedding":
+    if call.kind not in NOT_GENERATED:
         call.stream = body.get("stream") is True
         options = body.get("stream_options")
         call.client_wants_usage = call.stream and isinstance(options, dict) and options.get("include_usage") is True
@@ -215,7 +222,7 @@ async def _admit(gw: Gateway, call: Call, principal: Principal, model: str, body
                  body: dict) -> tuple[Reservation, str]:
     """Hold the request's cost; a spent budget tries the model's fallbacks, in order."""
     prompt_estimate = max(1, len(body_bytes) // 4)
-    max_tokens = 0 if call.kind == "embedding" else _max_tokens(body)
+    max_tokens = 0 if call.kind in NOT_GENERATED else _max_tokens(body)
     try:
         return await gw.accountant.admit(principal, model, prompt_tokens=prompt_estimate,
                                          max_tokens=max_tokens), model
@@ -239,7 +246,7 @@ async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, bo
                    request: web.Request) -> tuple[Grant, str]:
     """Room on a replica of `model`, else of its fallbacks when it has no replica or a full queue."""
     session = request.headers.get("x-session-id") or call.client_user
-    text = prompt_text(body) if call.kind != "embedding" else ""
+    text = prompt_text(body) if call.kind not in NOT_GENERATED else ""
     chain = [model, *(f for f in gw.catalog.fallbacks(model) if principal.may_use(f))]
     first: GatewayError | None = None
     for candidate in chain:
@@ -316,7 +323,10 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
         call.replica = replica.id
         tried.add(replica.id)
         engine_model = replica.name_at_engine
-        if engine_model not in encoded:
+        content_type = "application/json"
+        if hasattr(call.dialect, "engine_request"):  # a form upload, made anew for each try
+            encoded[engine_model], content_type = call.dialect.engine_request(engine_model)
+        elif engine_model not in encoded:
             encoded[engine_model] = _engine_body(gw, call, body, body_bytes, engine_model)
         sent_at = time.monotonic()
         relay = SSERelay(strip_usage=not call.client_wants_usage) if call.stream else None
@@ -328,7 +338,7 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
         first = b""
         try:
             resp = await gw.upstream.open(replica, call.path, encoded[engine_model], request_id=call.request_id,
-                                          stream=call.stream, deadline=deadline)
+                                          stream=call.stream, deadline=deadline, content_type=content_type)
             if relay is not None and resp.status == 200:
                 first = await first_events(resp, relay, gw.timeouts, sent_at, deadline, replica)
         except UpstreamFailure as failure:
@@ -394,6 +404,8 @@ async def _answer(gw: Gateway, call: Call, request: web.Request, resp, relay: An
     content_type = resp.headers.get("Content-Type", JSON)
     if call.dialect is not None:
         status, raw = call.dialect.answer(resp.status, raw)
+        if getattr(call.dialect, "keeps_content_type", False):  # audio as text, SRT or VTT: the engine's type
+            return web.Response(status=status, body=raw, headers={**headers, "Content-Type": content_type})
         return web.Response(status=status, body=raw, headers={**headers, "Content-Type": JSON})
     return web.Response(status=resp.status, body=raw, headers={**headers, "Content-Type": content_type})
 
@@ -402,7 +414,7 @@ def _take_usage(call: Call, usage: dict | None) -> None:
     if not usage:
         return
     call.usage_known = True
-    call.prompt_tokens = _int(usage.get("prompt_tokens"))
+    call.prompt_tokens = _int(usage.get("prompt_tokens")) or _int(usage.get("total_tokens"))  # rerank: a total
     call.completion_tokens = _int(usage.get("completion_tokens"))
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):

@@ -97,7 +97,7 @@ class Upstream:
             self.session = None
 
     async def open(self, replica: Replica, path: str, body: bytes, *, request_id: str, stream: bool,
-                   deadline: float | None) -> aiohttp.ClientResponse:
+                   deadline: float | None, content_type: str = "application/json") -> aiohttp.ClientResponse:
         """Send `body` to `replica` and wait for its answer's head.
 
         A stream's head must come within `first_byte`; an answer that is not
@@ -105,7 +105,7 @@ class Upstream:
         connections and dial timeouts raise a retryable UpstreamFailure.
         """
         assert self.session is not None, "Upstream.start() first"
-        headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
+        headers = {"Content-Type": content_type, "X-Request-Id": request_id}
         if replica.api_key is not None:
             headers["Authorization"] = "Bearer " + replica.api_key.reveal()
         now = time.monotonic()
@@ -139,7 +139,8 @@ class Upstream:
             raise UpstreamFailure(502, "upstream_error",
                                   f"replica {replica.id} failed: {type(exc).__name__}",
                                   retryable=False, counts=True) from None
-        if resp.status >= 500 or resp.status == 429:
+        # 501: the engine does not do this (llama-server's rerank without --reranking), not a fault of it
+        if (resp.status >= 500 and resp.status != 501) or resp.status == 429:
             detail = await _short_read(resp)
             resp.release()
             busy = resp.status in (429, 503)

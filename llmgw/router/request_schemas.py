@@ -180,6 +180,45 @@ BATCH = {
     },
 }
 
+_TEXTS = {"anyOf": [_STR, {"type": "array", "minItems": 1, "maxItems": 2048, "items": _STR}]}
+#: /v1/rerank, as vLLM and llama-server take it: documents are texts (or {"text": ...}, as Cohere's).
+RERANK = {
+    "type": "object", "required": ["model", "query", "documents"],
+    "properties": {
+        "model": _MODEL, "query": _STR,
+        "documents": {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"anyOf": [
+            _STR, {"type": "object", "required": ["text"], "properties": {"text": _STR}}]}},
+        "top_n": _nullable(_at_least(0)),
+        "return_documents": _nullable(_BOOL),
+        "user": _STR,
+    },
+}
+#: /v1/score, as vLLM takes it: text_1 scored against each of text_2 (or pair by pair).
+SCORE = {
+    "type": "object", "required": ["model", "text_1", "text_2"],
+    "properties": {"model": _MODEL, "text_1": _TEXTS, "text_2": _TEXTS, "user": _STR},
+}
+#: /v1/moderations: text (or OpenAI's parts, of which the text is read); the model is optional.
+MODERATION = {
+    "type": "object", "required": ["input"],
+    "properties": {
+        "model": _MODEL,
+        "input": {"anyOf": [_STR, {"type": "array", "minItems": 1, "maxItems": 256, "items": {"anyOf": [
+            _STR, {"type": "object", "required": ["type"], "properties": {"type": _STR, "text": _STR}}]}}]},
+    },
+}
+#: /v1/audio/transcriptions and /translations: the form's fields other than the file, as text
+#: (numbers and booleans read from it).
+AUDIO = {
+    "type": "object", "required": ["model"],
+    "properties": {
+        "model": _MODEL, "language": _STR, "prompt": _STR,
+        "response_format": {"enum": ["json", "text", "srt", "verbose_json", "vtt"]},
+        "temperature": _between(0, 1),
+        "stream": _BOOL,
+    },
+}
+
 MEMORY_NOTE = {
     "type": "object", "required": ["text"],
     "properties": {"text": _STR, "tags": _nullable({"type": "array", "items": _STR})},
@@ -190,6 +229,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "chat": CHAT, "completion": COMPLETION, "embedding": EMBEDDING,
     "messages": MESSAGES, "count_tokens": COUNT_TOKENS, "responses": RESPONSES,
     "batch": BATCH, "memory_note": MEMORY_NOTE,
+    "rerank": RERANK, "score": SCORE, "moderation": MODERATION, "audio": AUDIO,
 }
 
 

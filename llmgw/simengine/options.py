@@ -165,6 +165,17 @@ class SimOptions:
             "N",
         ),
     )
+    task: str = attrs.field(
+        default="generate",
+        validator=attrs.validators.in_(("generate", "score")),
+        metadata=_flag(
+            "--task",
+            "generate, or score: also serve /v1/rerank, /rerank and /v1/score as a reranker does "
+            "(vLLM's --task score, llama-server's --reranking); otherwise they answer 400 as vLLM does "
+            "for a model that is not a reranker",
+            "TASK",
+        ),
+    )
     fail_rate: float = attrs.field(
         default=0.0,
         validator=_fraction,

@@ -23,7 +23,7 @@ import attrs
 from aiohttp import web
 
 from llmgw import __version__
-from llmgw.simengine import embeddings
+from llmgw.simengine import embeddings, scoring
 from llmgw.simengine.engine import Choice, Engine, request_id
 from llmgw.simengine.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from llmgw.simengine.options import SimOptions
@@ -47,7 +47,7 @@ MODELS_BODY = web.AppKey("models_body", bytes)
 MAX_BODY_BYTES = 64 * 1024 * 1024
 # Paths that demand the key when one is set, as vLLM guards them; /health and
 # /metrics stay open for supervisors and scrapers.
-GUARDED_PREFIXES = ("/v1", "/tokenize")
+GUARDED_PREFIXES = ("/v1", "/tokenize", "/rerank")
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 _DONE = b"data: [DONE]\n\n"
@@ -318,6 +318,9 @@ def make_app(options: SimOptions) -> web.Application:
         web.post("/v1/chat/completions", chat_completions),
         web.post("/v1/completions", completions),
         web.post("/v1/embeddings", embeddings_handler),
+        web.post("/v1/rerank", scoring.rerank_handler),
+        web.post("/rerank", scoring.rerank_handler),
+        web.post("/v1/score", scoring.score_handler),
         web.get("/v1/models", models_handler),
         web.post("/tokenize", tokenize_handler),
         web.get("/health", health_handler),
