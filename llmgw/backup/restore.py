@@ -221,14 +221,49 @@ def _admin_answers(config: ServerConfig) -> str | None:
 
 
 def sqlite_in_use(path: str) -> bool:
-    """Whether another process has the WAL database `path` open (it holds a shared lock on its -shm file).
+    """Whether another process has the SQLite store `path` (or its journal) open.
 
-    A process of this one does not count: POSIX locks are per process. Where
-    the -shm file does not exist, no process has the database open in WAL mode.
+    llmgw's store keeps a rollback journal and holds no lock between transactions, so what tells is the
+    open files of the machine's processes (/proc/PID/fd; as root, every process's). A store still in WAL
+    mode (an earlier llmgw) also tells by the shared lock every connection holds on its -shm file. A process
+    of this one does not count.
     """
+    if _open_elsewhere([path, path + "-journal", path + "-wal"]):
+        return True
+    return _wal_shm_locked(path + "-shm")
+
+
+def _open_elsewhere(paths: list[str]) -> bool:
+    wanted = set()
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        wanted.add((st.st_dev, st.st_ino))
+    if not wanted or not os.path.isdir("/proc/self/fd"):
+        return False
+    me = str(os.getpid())
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or another user's process we may not look into
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in wanted:
+                return True
+    return False
+
+
+def _wal_shm_locked(shm: str) -> bool:
     import fcntl
 
-    shm = path + "-shm"
     try:
         fd = os.open(shm, os.O_RDWR)
     except FileNotFoundError:

@@ -1,13 +1,19 @@
 """The SQLite backend (aiosqlite): the embedded store of ``llmgw up`` and of a
 single control plane.
 
-WAL journal, foreign keys on, a busy timeout for other processes (``llmgw
-users`` run beside a server), no memory-mapped I/O on the database file
-(``mmap_size = 0``; WAL's small index file, ``-shm``, is mapped by SQLite
-itself and must stay writable). A disk that is full or a file made read-only
-is ``WritesRefused``: reads go on, and writes work again once it is fixed. Writes go through one connection, one
-transaction at a time, serialised by an asyncio.Lock; reads use a second
-connection, which WAL lets read while a write is in progress.
+A rollback journal kept in place (``journal_mode = TRUNCATE``), foreign keys
+on, a busy timeout for other processes (``llmgw users`` run beside a server),
+and no memory mapping of any of the store's files: ``mmap_size = 0`` for the
+database, and no WAL, whose index (``-shm``) SQLite maps and shares between
+processes. A mapped file that is made immutable (``chattr +i``), whose disk
+fails or fills kills the process with SIGBUS at the next access, even a read
+(SQLite writes its read mark into the WAL index). Without a mapping, every such
+fault is an error from a call: a full disk or a file made read-only is
+``WritesRefused``, reads go on, and writes work again once it is fixed.
+
+Writes go through one connection, one transaction at a time, serialised by an
+asyncio.Lock; reads use a second connection. Readers and a committing writer
+wait on each other (the busy timeout); transactions are short.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from .sql_catalog import SQLCatalog
 from .sql_client_data import SQLClientData
 from .sql_keys import SQLKeys
 from .sql_ops import SQLOps
+from .sql_people import SQLPeople
 from .sql_responses import SQLResponses
 from .sql_tenancy import SQLTenancy
 from .sql_web import SQLWeb
@@ -35,6 +42,8 @@ from .sqlbase import UTC, Clock, T, Work
 from llmgw.compat import fromisoformat
 
 BUSY_TIMEOUT_MS = 5000
+#: The rollback journal, kept in place as an empty file between transactions (see _connect_once).
+JOURNAL_MODE = "TRUNCATE"
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
@@ -86,7 +95,7 @@ def _translate(e: sqlite3.Error) -> StoreError:
     return StoreError(f"sqlite: {text}")
 
 
-class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData):
+class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData, SQLPeople):
     def __init__(
         self,
         path: str | None,
@@ -190,7 +199,7 @@ def _create_private(path: str) -> None:
 
 async def _connect(target: str, *, memory: bool) -> aiosqlite.Connection:
     """A connection set up as the store needs it. Several processes opening a new file at once can find it
-    locked while one of them puts it in WAL mode, a step SQLite does not wait on by itself: tried again,
+    locked while one of them sets its journal mode, a step SQLite does not wait on by itself: tried again,
     within the busy timeout."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + BUSY_TIMEOUT_MS / 1000
@@ -215,11 +224,18 @@ async def _connect_once(target: str, *, memory: bool) -> aiosqlite.Connection:
         # read-only kills the process with SIGBUS instead of failing a call.
         await conn.execute("PRAGMA mmap_size = 0")
         if not memory:
-            async with conn.execute("PRAGMA journal_mode = WAL") as cur:
+            # A rollback journal, not WAL: WAL's index (-shm) is a file SQLite maps into every process that
+            # opens the store, and a write into it once the file is immutable is a SIGBUS. TRUNCATE keeps the
+            # journal file in place between transactions, so a store whose folder is made immutable still
+            # takes writes. A store left in WAL mode by an earlier llmgw is taken out of it here (SQLite
+            # checkpoints the WAL and removes -wal and -shm), once no other process has it open.
+            async with conn.execute(f"PRAGMA journal_mode = {JOURNAL_MODE}") as cur:
                 row = await cur.fetchone()
-            if row is None or str(row[0]).lower() != "wal":
-                raise StoreError(f"sqlite: {target} could not be put in WAL mode (got {row and row[0]})")
-            await conn.execute("PRAGMA synchronous = NORMAL")
+            if row is None or str(row[0]).lower() != JOURNAL_MODE.lower():
+                raise StoreError(f"sqlite: {target} could not be put in {JOURNAL_MODE} journal mode"
+                                 f" (got {row and row[0]})")
+            # FULL: in rollback-journal mode, NORMAL can corrupt the file at a power loss.
+            await conn.execute("PRAGMA synchronous = FULL")
     except BaseException:
         await conn.close()
         raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 
 import openai
 import pytest
@@ -116,21 +117,59 @@ def _chattr(flag: str, *paths: str) -> bool:
 
 
 @pytest.mark.slow
-async def test_a_store_made_read_only_answers_every_request_without_crashing(engine, tmp_path):
-    db = str(tmp_path / "llmgw.db")
+async def test_a_store_made_immutable_answers_every_request_without_crashing(engine, tmp_path):
+    """`chattr +i` on the store's folder and every file of it, while the server runs: once this was SIGBUS
+    (WAL's index, -shm, was mapped). Now requests are answered, rows go to the usage journal, and land in the
+    store once the attribute is removed."""
+    folder = tmp_path / "state"
+    folder.mkdir()
+    db = str(folder / "llmgw.db")
     app = make_gateway_app(config(engine, db))
     runner, base = await serve(app)
-    files = [db, db + "-wal"]  # the WAL index (-shm) is SQLite's shared memory and must stay writable
+    files = [str(folder), db, db + "-journal"]  # the usage journal beside them is what keeps the rows
     try:
+        await ask(base, 5)
         if not _chattr("+i", *files):
             pytest.skip("chattr +i is not supported here (needs root and ext4/xfs/btrfs)")
         try:
             ids = await ask(base, 100)
             await asyncio.sleep(0.2)
             assert app[STORE].write_errors >= 1 and app[GATEWAY].accountant.usage.journaled > 0
+            assert len(await ask(base, 20)) == 20  # still answering, the store still refusing
         finally:
             _chattr("-i", *files)
         assert await wait_rows(app, ids) == 100
+        assert app[GATEWAY].accountant.usage.journaled == 0
     finally:
         _chattr("-i", *files)
+        await runner.cleanup()
+
+
+@pytest.mark.slow
+async def test_an_llmgw_org_command_works_beside_a_serving_gateway(engine, tmp_path):
+    """The CLI opens the same SQLite file while the server writes usage rows to it."""
+    db = str(tmp_path / "llmgw.db")
+    app = make_gateway_app(config(engine, db))
+    runner, base = await serve(app)
+    try:
+        ids: list[str] = []
+        cli_done = asyncio.Event()
+
+        async def keep_asking() -> None:  # until the command is over, and once more after
+            while not cli_done.is_set():
+                ids.extend(await ask(base, 10))
+            ids.extend(await ask(base, 10))
+
+        serving = asyncio.ensure_future(keep_asking())
+        cli = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmgw", "org", "create", "acme", "--store", db,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await cli.communicate()
+        cli_done.set()
+        await serving
+        assert cli.returncode == 0, err.decode()
+        assert len(ids) >= 30  # requests answered before, while and after the command ran
+        assert [o.name for o in await app[STORE].list_orgs()] == ["acme"]
+        assert await wait_rows(app, ids) == len(ids)
+    finally:
         await runner.cleanup()

@@ -44,13 +44,14 @@ def test_postgres_dsn_helpers() -> None:
     assert numbered("SELECT ? WHERE a = '?' AND b IN (?, ?)") == "SELECT $1 WHERE a = '?' AND b IN ($2, $3)"
 
 
-async def test_sqlite_file_is_private_and_in_wal_mode(tmp_path) -> None:
+async def test_sqlite_file_and_its_journal_are_private(tmp_path) -> None:
     path = tmp_path / "store.db"
     store = await open_store(str(path))
     try:
         assert store.dialect == "sqlite"
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        assert (tmp_path / "store.db-wal").exists()
+        assert stat.S_IMODE((tmp_path / "store.db-journal").stat().st_mode) == 0o600
+        assert not (tmp_path / "store.db-wal").exists()  # a rollback journal, not WAL (llmgw.store.sqlite)
     finally:
         await store.close()
     with pytest.raises(Invalid, match="does not exist"):

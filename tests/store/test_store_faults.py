@@ -1,10 +1,13 @@
-"""SQLite store faults: no memory-mapped database file, and a read-only file is WritesRefused (reads go on)."""
+"""SQLite store faults: no file of the store is memory-mapped, so a file or folder made immutable, or a full
+disk, fails a call (WritesRefused, reads go on) instead of killing the process with SIGBUS."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import sqlite3
 import subprocess
+import sys
 
 import pytest
 
@@ -16,35 +19,116 @@ def _mapped(path: str) -> list[str]:
         return sorted({line.split()[-1] for line in f if path in line})
 
 
+def _chattr(flag: str, *paths: str) -> bool:
+    return subprocess.run(["chattr", flag, *paths], capture_output=True).returncode == 0
+
+
+def _row(rid: str) -> list[UsageRow]:
+    return [UsageRow(request_id=rid, at=dt.datetime.now(dt.UTC))]
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
-async def test_the_database_file_is_not_memory_mapped(tmp_path):
+async def test_no_file_of_the_store_is_memory_mapped(tmp_path):
     db = str(tmp_path / "s.db")
     store = await open_store(db)
     try:
-        await store.insert_usage_rows([UsageRow(request_id="r1", at=dt.datetime.now(dt.UTC))])
+        await store.insert_usage_rows(_row("r1"))
         assert await store.get_usage("r1") is not None
-        assert _mapped(db) == [db + "-shm"]  # only WAL's index, which SQLite shares between processes
+        assert _mapped(db) == []  # neither the database nor a WAL index (-shm): there is none
+        assert not os.path.exists(db + "-shm") and not os.path.exists(db + "-wal")
+        assert os.path.exists(db + "-journal")  # the rollback journal, kept (empty) between transactions
     finally:
         await store.close()
 
 
-async def test_a_read_only_file_refuses_writes_and_still_reads(tmp_path):
+# What the SIGBUS was: a store in WAL mode maps its index, -shm, and SQLite writes a read mark into it at the
+# start of every transaction, a read's too. Once the file is immutable, the kernel refuses that write to the
+# mapped page (ext4's page_mkwrite), and the process gets SIGBUS: no exception, no log line.
+_WAL_PROCESS = """
+import sqlite3, subprocess, sys
+db = sys.argv[1]
+c = sqlite3.connect(db, isolation_level=None)
+c.execute("PRAGMA mmap_size = 0"); c.execute("PRAGMA journal_mode = WAL")
+c.execute("CREATE TABLE t (x)"); c.execute("INSERT INTO t VALUES (1)")
+assert subprocess.run(["chattr", "+i", db + "-shm"]).returncode == 0
+print("immutable", flush=True)
+c.execute("SELECT count(*) FROM t").fetchall()
+print("survived", flush=True)
+"""
+
+
+def test_why_wal_is_not_used_its_index_made_immutable_kills_a_reader_with_sigbus(tmp_path):
+    db = str(tmp_path / "wal.db")
+    if not _chattr("+i", str(tmp_path)) or not _chattr("-i", str(tmp_path)):
+        pytest.skip("chattr +i is not supported here (needs root and ext4/xfs/btrfs)")
+    try:
+        done = subprocess.run([sys.executable, "-c", _WAL_PROCESS, db], capture_output=True, text=True, timeout=30)
+    finally:
+        _chattr("-i", db + "-shm")
+    assert done.stdout == "immutable\n"
+    assert done.returncode == -7  # SIGBUS
+
+
+@pytest.mark.parametrize("what", ["files", "folder and files", "journal"])
+async def test_a_store_made_immutable_refuses_writes_reads_on_and_resumes(tmp_path, what):
     db = str(tmp_path / "s.db")
     store = await open_store(db)
-    files = [db, db + "-wal"]
+    targets = {"files": [db, db + "-journal"], "folder and files": [str(tmp_path), db, db + "-journal"],
+               "journal": [db + "-journal"]}[what]
     try:
-        await store.insert_usage_rows([UsageRow(request_id="r1", at=dt.datetime.now(dt.UTC))])
-        if subprocess.run(["chattr", "+i", *files], capture_output=True).returncode != 0:
+        await store.insert_usage_rows(_row("r1"))
+        if not _chattr("+i", *targets):
             pytest.skip("chattr +i is not supported here (needs root and ext4/xfs/btrfs)")
         try:
-            with pytest.raises(WritesRefused, match="cannot be written"):
-                await store.insert_usage_rows([UsageRow(request_id="r2", at=dt.datetime.now(dt.UTC))])
-            assert store.write_errors == 1
+            for attempt in ("r2", "r3"):
+                with pytest.raises(WritesRefused, match="cannot be written"):
+                    await store.insert_usage_rows(_row(attempt))
+            assert store.write_errors == 2
             assert await store.get_usage("r1") is not None
         finally:
-            subprocess.run(["chattr", "-i", *files], capture_output=True)
-        await store.insert_usage_rows([UsageRow(request_id="r2", at=dt.datetime.now(dt.UTC))])
+            _chattr("-i", *targets)
+        await store.insert_usage_rows(_row("r2"))
         assert await store.get_usage("r2") is not None
     finally:
-        subprocess.run(["chattr", "-i", *files], capture_output=True)
+        _chattr("-i", *targets)
         await store.close()
+
+
+async def test_a_folder_made_immutable_is_no_fault(tmp_path):
+    """The journal stays in place between transactions, so nothing has to be created in the folder."""
+    db = str(tmp_path / "s.db")
+    store = await open_store(db)
+    try:
+        if not _chattr("+i", str(tmp_path)):
+            pytest.skip("chattr +i is not supported here (needs root and ext4/xfs/btrfs)")
+        try:
+            await store.insert_usage_rows(_row("r1"))
+            assert await store.get_usage("r1") is not None and store.write_errors == 0
+        finally:
+            _chattr("-i", str(tmp_path))
+    finally:
+        _chattr("-i", str(tmp_path))
+        await store.close()
+
+
+async def test_a_store_an_earlier_llmgw_left_in_wal_mode_is_taken_out_of_it(tmp_path):
+    db = str(tmp_path / "s.db")
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+    conn.execute("CREATE TABLE kept (x)")
+    conn.execute("INSERT INTO kept VALUES (42)")
+    conn.commit()
+    conn.close()
+    store = await open_store(db)
+    try:
+        await store.insert_usage_rows(_row("r1"))
+        assert not os.path.exists(db + "-wal") and not os.path.exists(db + "-shm")
+    finally:
+        await store.close()
+    conn = sqlite3.connect(db)
+    try:
+        # A rollback-journal file: a new connection's own mode is SQLite's default (WAL is kept in the file).
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert conn.execute("SELECT x FROM kept").fetchall() == [(42,)]
+    finally:
+        conn.close()
