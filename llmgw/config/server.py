@@ -89,6 +89,26 @@ class StoreConfig:
 
 
 @attrs.frozen
+class OIDCClaims:
+    """Which of the provider's claims give a person's address and name."""
+
+    email: str = setting("email", doc="The claim holding the person's email address; their account is found by it.")
+    name: str = setting("name", doc="The claim holding the name shown for them.")
+
+
+@attrs.frozen
+class OIDCRule:
+    """When a claim matches, the person gets a staff role, an organization, or both."""
+
+    claim: str = setting(doc="The claim looked at, like groups or email.")
+    equals: str = setting("", doc="Matches when the claim (or one of its values, for a list) is exactly this.")
+    contains: str = setting("", doc="Matches when the claim is a list holding this value, or text containing it.")
+    suffix: str = setting("", doc="Matches when the claim (or one of its values) ends with this, like @acme.com.")
+    role: str = setting("", doc="The staff role given (viewer, operator, billing, admin); empty gives none.")
+    org: str = setting("", doc="The organization the person is made a member of; empty adds none.")
+
+
+@attrs.frozen
 class OIDCConfig:
     """Sign-in to the portal through your identity provider; off while issuer is empty."""
 
@@ -109,6 +129,21 @@ class OIDCConfig:
     )
     no_passwords: bool = setting(
         False, doc="Refuse local passwords on the portal, so everyone signs in through the provider."
+    )
+    display_name: str = setting(
+        "", doc="The provider's name on the portal's button, as in Sign in with Okta; empty says single sign-on."
+    )
+    claims: OIDCClaims = section(OIDCClaims, doc="Which claims give a person's address and name.")
+    rules: list[OIDCRule] = setting(
+        factory=list,
+        doc=("Staff roles and organizations from claims, checked at every sign-in; when any rule gives a role, "
+             "the roles come from the rules alone (the first rule that matches wins, none is no staff role)."),
+    )
+    clock_skew: Duration = setting(
+        Duration(seconds=60), doc="How far the provider's clock may be from ours when token times are checked."
+    )
+    device_client_id: str = setting(
+        "", doc="The public client llmgw ctl and the console sign in as with the device flow; empty is client_id."
     )
 
 

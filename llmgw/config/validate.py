@@ -249,6 +249,37 @@ def _auth(config: ServerConfig) -> list[Problem]:
             )
     if oidc.redirect_url:
         problems += _url(("auth", "oidc", "redirect_url"), oidc.redirect_url, "the portal's callback address")
+    for key in ("email", "name"):
+        if not getattr(oidc.claims, key).strip():
+            problems.append(Problem(("auth", "oidc", "claims", key), "empty; name the provider's claim, like " + key))
+    problems += _oidc_rules(oidc.rules)
+    return problems
+
+
+def _oidc_rules(rules: list) -> list[Problem]:
+    from llmgw.store import STAFF_ROLES
+    from llmgw.store import validate as store_validate
+    from llmgw.store.errors import Invalid
+
+    problems = []
+    for index, rule in enumerate(rules):
+        where = ("auth", "oidc", "rules", index)
+        if not rule.claim.strip():
+            problems.append(Problem((*where, "claim"), "empty; name the claim the rule looks at, like groups"))
+        matchers = [name for name in ("equals", "contains", "suffix") if getattr(rule, name)]
+        if len(matchers) != 1:
+            problems.append(Problem(where, "give exactly one of equals, contains or suffix"
+                                    + (f", not {' and '.join(matchers)}" if matchers else "")))
+        if not rule.role and not rule.org:
+            problems.append(Problem(where, "gives nothing; add role: (a staff role) or org: (an organization)"))
+        if rule.role and rule.role not in STAFF_ROLES:
+            problems.append(Problem((*where, "role"), f"{rule.role!r} is not a staff role; use one of "
+                                    + ", ".join(r for r in STAFF_ROLES if r != "none")))
+        if rule.org:
+            try:
+                store_validate.check_name(rule.org, "org")
+            except Invalid as exc:
+                problems.append(Problem((*where, "org"), str(exc)))
     return problems
 
 

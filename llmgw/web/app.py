@@ -22,6 +22,7 @@ from llmgw.web import pages_account as account
 from llmgw.web import pages_admin as admin
 from llmgw.web import pages_auth as auth
 from llmgw.web import pages_public as public
+from llmgw.web import pages_sso as sso
 from llmgw.web.portal import PORTAL, Portal, log
 
 #: How often ended sessions and spent links are cleared from the store.
@@ -38,6 +39,8 @@ def routes() -> list[web.RouteDef]:
         web.get("/signin", auth.signin_form),
         web.post("/signin", auth.signin),
         web.post("/signout", auth.signout),
+        web.get("/auth/oidc", sso.start),
+        web.get("/auth/callback", sso.callback),
         web.get("/signup", auth.signup_form),
         web.post("/signup", auth.signup),
         web.get("/reset", auth.reset_request_form),
@@ -69,6 +72,7 @@ def install_portal(app: web.Application, config: ServerConfig, *, store_key: web
     portal.app = app
     app[PORTAL] = portal
     app.router.add_routes(routes())
+    sso.install(app, config)
     app.cleanup_ctx.append(_portal_lifecycle)
     return portal
 

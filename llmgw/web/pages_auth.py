@@ -15,6 +15,7 @@ from llmgw.auth.sessions import issue_reset, looks_like_token, reset_link, token
 from llmgw.store import Conflict, Invalid, StoreError
 from llmgw.store import validate as store_validate
 from llmgw.web.net import local_path
+from llmgw.web.pages_sso import provider_name
 from llmgw.web.portal import log_event, portal_of
 
 _BUSY_HEADERS = {"Retry-After": "5"}
@@ -55,6 +56,7 @@ async def _signin_page(request: web.Request, nxt: str, email: str, problem: str 
         request, "signin.html", status=status, headers=headers, next=nxt, email=email, problem=problem,
         values=values, signup_open=portal.config.auth.signup_open,
         no_passwords=portal.config.auth.oidc.no_passwords,
+        sso=provider_name(portal.config) if portal.config.auth.oidc.issuer else None,
     )
 
 

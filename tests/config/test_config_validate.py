@@ -313,3 +313,30 @@ def test_agent_gpu_thresholds():
     assert agent_problems({"control_planes": ["10.0.0.1:7443"], "gpu_degraded_temperature_c": 12}) == [
         "gpu_degraded_temperature_c: expected °C between 30 and 120, like 87, got 12: below, every running card "
         "would be kept out; above, none ever would"]
+
+
+def test_oidc_rules_are_checked_naming_the_rule():
+    from llmgw.config import parse_server_config
+    from llmgw.config.validate import check_server
+
+    config = parse_server_config({"auth": {"oidc": {
+        "issuer": "https://login.example.com", "client_id": "llmgw",
+        "redirect_url": "https://llm.example.com/auth/callback",
+        "rules": [{"claim": "groups", "contains": "llmgw-admins", "role": "admin"},
+                  {"claim": "email", "role": "boss"},
+                  {"claim": "groups", "equals": "x", "suffix": "y", "org": "acme"},
+                  {"claim": "groups", "equals": "x"}]}}})
+    problems = [str(p) for p in check_server(config)]
+    assert "auth.oidc.rules[1]: give exactly one of equals, contains or suffix" in problems
+    assert any(p.startswith("auth.oidc.rules[1].role: 'boss' is not a staff role") for p in problems)
+    assert "auth.oidc.rules[2]: give exactly one of equals, contains or suffix, not equals and suffix" in problems
+    assert any(p.startswith("auth.oidc.rules[3]: gives nothing") for p in problems)
+    assert not any("rules[0]" in p for p in problems)
+
+
+def test_no_passwords_without_a_provider_is_refused():
+    from llmgw.config import parse_server_config
+    from llmgw.config.validate import check_server
+
+    problems = [str(p) for p in check_server(parse_server_config({"auth": {"oidc": {"no_passwords": True}}}))]
+    assert any(p.startswith("auth.oidc.no_passwords: true without an issuer") for p in problems)
