@@ -122,6 +122,7 @@ def principal_of(resolved: ResolvedKey, aliases: Mapping[str, str] | None = None
         allowed_models=allowed_models_of(resolved, aliases),
         limits=tuple(resolved.limits),
         expires_at=min(ends) if ends else None,
+        in_cluster=resolved.in_cluster,
     )
 
 

@@ -31,6 +31,9 @@ class Principal:
     #: the limits on the chain, widest first (org, team, project, user, key)
     limits: tuple[Limits, ...] = ()
     expires_at: dt.datetime | None = None
+    #: the scope ("org", "project" or "key") whose residency rule keeps this key's requests on the
+    #: cluster's own engines; "" when none does
+    in_cluster: str = ""
 
     def may_use(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models

@@ -39,6 +39,7 @@ from llmgw.store import (
     Team,
     User,
 )
+from llmgw.store.people import FORGET_PARTS, ForgetReport
 
 UTC = dt.UTC
 
@@ -77,6 +78,18 @@ class Scope:
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.label}"
+
+
+#: Where the server's own cap on key lifetimes is set, as refusals name it.
+SERVER_CAP = "auth.max_key_ttl in server.yaml"
+
+
+@attrs.frozen
+class LifetimeCap:
+    """The longest a key may live somewhere (None: no cap), and what sets it."""
+
+    ttl: dt.timedelta | None
+    where: str
 
 
 @attrs.frozen
@@ -308,6 +321,23 @@ class Tenancy:
         await self._audit("users.role", f"user:{user.id}", {"email": user.email, "from": user.role, "to": role})
         return updated
 
+    async def forget_user(self, ref: str) -> ForgetReport | None:
+        """Forget a person (llmgw.store.sql_people says what goes and what stays under a pseudonym).
+        None when no one has that email or id any more: nothing of them is left to forget."""
+        try:
+            user = await self.find_user(ref)
+        except NotFound:
+            return None
+        report = await self.store.forget_user(user.id)
+        if not report.already_forgotten:
+            # The event names the pseudonym, never the email: it is written after the forget.
+            await self._audit("users.forget", f"user:{report.pseudonym}", {
+                "pseudonym": report.pseudonym,
+                "removed": {name: getattr(report, name) for name, _ in FORGET_PARTS},
+            })
+        self._changed()
+        return report
+
     async def add_member(self, ref: str, path: str, role: str = "member") -> Membership:
         _choice(role, MEMBER_ROLES, "role")
         user = await self.find_user(ref)
@@ -352,7 +382,7 @@ class Tenancy:
             raise Invalid("a key needs a project (a service key), a user (a personal key), or both (a member key)")
         node = await self.find(project, "project") if project is not None else None
         person = await self.find_user(user) if user is not None else None
-        expires_at = self._expiry(ttl)
+        expires_at = self._expiry(ttl, await self.key_lifetime_cap(node))
         self._check_band(band)
         models = self._check_models(models)
         if person is not None:
@@ -388,17 +418,82 @@ class Tenancy:
                     raise
         raise AssertionError("unreachable")
 
-    def _expiry(self, ttl: dt.timedelta | None) -> dt.datetime | None:
+    def _expiry(self, ttl: dt.timedelta | None, cap: LifetimeCap | None = None) -> dt.datetime | None:
+        """When a key made now with ``ttl`` ends: no longer than ``cap`` (the server's alone when not
+        given), and the cap itself when no ttl is given."""
         if ttl is not None and ttl <= dt.timedelta(0):
             raise Invalid("ttl: must be more than zero")
-        if self.max_key_ttl is not None:
+        if cap is None:
+            cap = LifetimeCap(self.max_key_ttl, SERVER_CAP) if self.max_key_ttl else LifetimeCap(None, "")
+        if cap.ttl is not None:
             if ttl is None:
-                ttl = self.max_key_ttl
-            elif ttl > self.max_key_ttl:
-                raise Invalid(
-                    f"ttl: {_span(ttl)} is longer than a key may live (auth.max_key_ttl: {_span(self.max_key_ttl)})"
-                )
+                ttl = cap.ttl
+            elif ttl > cap.ttl:
+                raise Invalid(f"ttl: {_span(ttl)} is longer than a key may live here: at most {_span(cap.ttl)},"
+                              f" set by {cap.where}")
         return None if ttl is None else self.now() + ttl
+
+    # ---- what scopes say about their keys: lifetime caps and residency ---------
+
+    async def key_lifetime_cap(self, node: Node | None, *, above_only: bool = False) -> LifetimeCap:
+        """The narrowest lifetime cap on a key made in ``node`` (a project; None: a personal key): the
+        server's (auth.max_key_ttl), the organization's, the team's and the project's. ``above_only``
+        leaves out the node's own cap: what a cap set on it may not exceed."""
+        caps = [LifetimeCap(self.max_key_ttl, SERVER_CAP)] if self.max_key_ttl else []
+        if node is not None:
+            rules = await self.store.scope_rules_chain(
+                org_id=node.org.id, team_id=node.team.id if node.team else None,
+                project_id=node.project.id if node.project else None)
+            where = {"org": node.org.name, "team": f"{node.org.name}/{node.team.name}" if node.team else "",
+                     "project": node.path}
+            for rule in rules:
+                if rule.max_key_ttl_s and not (above_only and rule.scope_kind == node.kind):
+                    caps.append(LifetimeCap(dt.timedelta(seconds=rule.max_key_ttl_s),
+                                            f"{rule.scope_kind} {where[rule.scope_kind]}"))
+        return min(caps, key=lambda c: c.ttl) if caps else LifetimeCap(None, "")
+
+    async def set_key_lifetime(self, path: str, ttl: dt.timedelta | None) -> LifetimeCap:
+        """Cap how long keys made in an organization, team or project may live (None: no cap of its own);
+        a cap may not be longer than the one above it. Returns the cap now in force there."""
+        node = await self.find(path)
+        if ttl is not None:
+            if not isinstance(ttl, dt.timedelta) or ttl < dt.timedelta(seconds=1):
+                raise Invalid("max_key_ttl: expected a duration of at least 1s, like 90d, or none to remove it")
+            above = await self.key_lifetime_cap(node, above_only=True)
+            if above.ttl is not None and ttl > above.ttl:
+                raise Invalid(f"max_key_ttl: {_span(ttl)} is longer than {above.where} allows ({_span(above.ttl)});"
+                              f" a cap can only narrow the one above it")
+        await self.store.set_scope_rule(node.kind, node.id, actor=self.actor,
+                                        max_key_ttl_s=None if ttl is None else int(ttl.total_seconds()))
+        await self._audit("keys.lifetime", f"{node.kind}:{node.id}", {
+            "path": node.path, "max_key_ttl_s": None if ttl is None else int(ttl.total_seconds())})
+        return await self.key_lifetime_cap(node)
+
+    async def residency_scope(self, ref: str) -> Scope:
+        """An organization, project or key (``org:acme``, ``project:acme/ml/train``, ``key:…`` or by shape)."""
+        scope = await self.scope(ref)
+        if scope.kind not in ("org", "project", "key"):
+            raise Invalid(f"scope: residency is kept by an organization, a project or a key, not a {scope.kind}")
+        return scope
+
+    async def set_residency(self, ref: str, in_cluster: bool) -> Scope:
+        """Keep a scope's requests on the cluster's own engines (``in_cluster``), or let them go anywhere."""
+        if not isinstance(in_cluster, bool):
+            raise Invalid(f"in_cluster: expected true or false, got {in_cluster!r}")
+        scope = await self.residency_scope(ref)
+        await self.store.set_scope_rule(scope.kind, scope.id, actor=self.actor, in_cluster=in_cluster)
+        await self._audit("keys.residency", f"{scope.kind}:{scope.id}",
+                          {"label": scope.label, "in_cluster": in_cluster})
+        self._changed()
+        return scope
+
+    async def in_cluster_of(self, key: ApiKey) -> str:
+        """Which scope over a key keeps its requests in the cluster (org, project or key); "" when none."""
+        project = await self.store.get_project(key.project_id) if key.project_id else None
+        rules = await self.store.scope_rules_chain(
+            org_id=project.org_id if project else None, team_id=project.team_id if project else None,
+            project_id=key.project_id, key_id=key.id)
+        return next((r.scope_kind for r in rules if r.in_cluster), "")
 
     def _check_band(self, band: str | None) -> None:
         if band is not None and self.bands is not None and band not in self.bands:
@@ -426,6 +521,11 @@ class Tenancy:
         if node.team is not None:
             scopes.add(("team", node.team.id))
         return any((m.scope_kind, m.scope_id) in scopes for m in await self.store.list_memberships(user_id=user.id))
+
+    async def _node_of(self, project_id: str | None) -> Node | None:
+        if project_id is None:
+            return None
+        return await self.find(await self.path_of("project", project_id), "project")
 
     async def find_key(self, ref: str) -> ApiKey:
         """A key by id (``key-…``) or by its visible prefix (``llmgw-ab12cd``)."""
@@ -476,10 +576,11 @@ class Tenancy:
             if person is not None and person.state != "active":
                 raise Conflict(f"key: its owner {person.email} is {person.state}; activate them first")
         ttl = None if old.expires_at is None else old.expires_at - old.created_at
-        if ttl is not None and self.max_key_ttl is not None:
-            ttl = min(ttl, self.max_key_ttl)
+        cap = await self.key_lifetime_cap(await self._node_of(old.project_id))
+        if ttl is not None and cap.ttl is not None:
+            ttl = min(ttl, cap.ttl)
         issued = await self._issue(
-            name=old.name, project_id=old.project_id, user_id=old.user_id, expires_at=self._expiry(ttl),
+            name=old.name, project_id=old.project_id, user_id=old.user_id, expires_at=self._expiry(ttl, cap),
             band=old.priority_band, models=old.allowed_models,
         )
         limits = await self.store.get_limits("key", old.id)

@@ -1,5 +1,5 @@
-"""`llmgw keys threads|memory|cache|quota`: a project's stored conversations, memory notes and answer
-cache, and how much it may keep.
+"""`llmgw keys threads|memory|cache|strict-max-tokens|quota`: a project's stored conversations, memory
+notes and answer cache, whether a max_tokens past the model's context is refused, and how much it may keep.
 
 Each switch is off until turned on here; the quota is the server's
 (router.clients.project_storage_bytes) until set here. With no option the
@@ -41,11 +41,19 @@ _FEATURES = {
          "is answered from the gateway's memory, marked x-llmgw-cache: hit, with no tokens and no cost."),
         ("--ttl", "how long an answer is reused, like 10m (default 10m)"),
     ),
+    "strict-max-tokens": (
+        "Refuse a project's requests whose max_tokens the context cannot hold, instead of fitting them.",
+        ("Off (the default), a request asking for more answer tokens (max_tokens, max_completion_tokens, "
+         "max_output_tokens) than the model's context leaves after its prompt is sent with max_tokens lowered "
+         "to what is left, and the answer carries x-llmgw-max-tokens-fitted with that number. On, such a "
+         "request is refused with 400 context_length_exceeded, as the engine would."),
+        None,
+    ),
 }
 
 
 def register(commands) -> None:
-    """Add `threads`, `memory`, `cache` and `quota` under `llmgw keys`."""
+    """Add `threads`, `memory`, `cache`, `strict-max-tokens` and `quota` under `llmgw keys`."""
     for name, (summary, description, extra) in _FEATURES.items():
         parser = commands.add_parser(name, help=summary, description=description)
         parser.add_argument("project", metavar="PROJECT", help="the project, as ORG/TEAM/PROJECT or ORG/PROJECT")
@@ -56,7 +64,7 @@ def register(commands) -> None:
             parser.add_argument(extra[0], metavar="DURATION", help=extra[1])
         add_json_flag(parser)
         add_store_arguments(parser)
-        parser.set_defaults(handler=tenancy_command(_handler(name)), feature=name)
+        parser.set_defaults(handler=tenancy_command(_handler(name.replace("-", "_"))), feature=name)
     parser = commands.add_parser(
         "quota", help="Set how much a project may keep (files, threads, notes, responses), or show it.",
         description=("Set a project's own storage quota: what its files, batch results, thread turns, memory "

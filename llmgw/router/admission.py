@@ -165,6 +165,8 @@ class Admission:
         band = self.band_name(band)
         now = self.clock()
         replicas = self.replicas.replicas_for(model)
+        if want.cluster_only:  # residency: the cluster's own replicas alone
+            replicas = [r for r in replicas if r.source == "control"]
         if not any(r.usable(now) for r in replicas):
             soonest = min((r.health.ejected_until - now for r in replicas), default=None)
             raise NoReplica(model, len(replicas), retry_after=soonest)

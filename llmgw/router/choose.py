@@ -51,6 +51,8 @@ class Want:
     session: str | None = None
     prefix: tuple[bytes, ...] = ()
     exclude: frozenset[str] = frozenset()
+    #: residency: only replicas the cluster's own scheduler runs (llmgw.router.residency)
+    cluster_only: bool = False
 
 
 def prompt_text(body: dict) -> str:
@@ -157,6 +159,8 @@ class Chooser:
         """The replica for a request among `candidates` (healthy, with room), or None; remembered."""
         if want.exclude:
             candidates = [r for r in candidates if r.id not in want.exclude]
+        if want.cluster_only:
+            candidates = [r for r in candidates if r.source == "control"]
         if not candidates:
             return None
         now = self.clock()

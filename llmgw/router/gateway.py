@@ -51,6 +51,8 @@ class Gateway:
         #: None on a gateway without one: models then only come from server.yaml's endpoints
         self.control = None
         self.guard = None  # guard: a llmgw.guard.gateway.GuardLayer, set by the server (None: nothing checked)
+        #: model -> (context tokens or 0, monotonic expiry), as its engines say (llmgw.router.fit)
+        self.context_lengths: dict[str, tuple[int, float]] = {}
         metrics.bind(queue_depths=self.admission.depths, replicas=lambda: list(replicas))
 
     # -- lifecycle (the app's cleanup context) -----------------------------

@@ -40,6 +40,7 @@ from llmgw.router.errors import (
     bad_request,
     dumps,
 )
+from llmgw.router.fit import fit_max_tokens, project_is_strict
 from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, Gateway
 from llmgw.router.proxy import UpstreamFailure, first_events, read_whole, relay_stream
 from llmgw.router.sse import SSERelay, find_usage
@@ -132,6 +133,9 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
             raise GatewayError(403, "model_not_allowed", f"this key may not use {call.model_asked!r}", param="model")
         # client data: a thread's stored conversation in front of the new turn, before the limits count it
         body_bytes, body = await threads.attach(gw, call, request, body_bytes, body)
+        # max_tokens lowered to what the context leaves, before the budget holds on it (llmgw.router.fit)
+        body_bytes, body = await fit_max_tokens(gw, call, model, body_bytes, body,
+                                                lambda: project_is_strict(request, principal))
         reservation, model = await _admit(gw, call, principal, model, body_bytes, body)
         # guard: the input checked after the limits and before admission; a refusal costs nothing
         if gw.guard is not None and (guard := gw.guard.begin(principal, model, call.kind)) is not None:

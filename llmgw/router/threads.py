@@ -102,15 +102,21 @@ def fit(turns: list[ThreadTurn], room: int) -> tuple[list[ThreadTurn], int]:
 
 
 async def context_length(gw: Gateway, data: ClientData, model: str) -> int:
-    """The model's context in tokens, as one of its engines says; DEFAULT_CONTEXT when none does.
+    """The model's context in tokens, as one of its engines says; DEFAULT_CONTEXT when none does."""
+    return await engine_context(gw, data.context_lengths, model) or DEFAULT_CONTEXT
+
+
+async def engine_context(gw: Gateway, known: dict[str, tuple[int, float]], model: str) -> int | None:
+    """The model's context in tokens, as one of its engines says; None when none does (a provider's API).
 
     GET /v1/models: `max_model_len` (vLLM, SGLang, the sim engine); for
     llama.cpp's server, which lists only the context the model was trained
-    with, its /props first (the context it was started with)."""
+    with, its /props first (the context it was started with). `known` keeps
+    the answers: model -> (tokens or 0, monotonic time it expires)."""
     now = time.monotonic()
-    known = data.context_lengths.get(model)
-    if known is not None and now < known[1]:
-        return known[0]
+    cached = known.get(model)
+    if cached is not None and now < cached[1]:
+        return cached[0] or None
     found = None
     session = gw.upstream.session
     for replica in gw.replicas.replicas_for(model)[:3]:
@@ -126,9 +132,8 @@ async def context_length(gw: Gateway, data: ClientData, model: str) -> int:
             found = started if isinstance(started, int) and started > 0 else found
         if found:
             break
-    value = found or DEFAULT_CONTEXT
-    data.context_lengths[model] = (value, now + (CONTEXT_TTL if found else CONTEXT_RETRY))
-    return value
+    known[model] = (found or 0, now + (CONTEXT_TTL if found else CONTEXT_RETRY))
+    return found
 
 
 async def _get_json(session: Any, url: str, headers: dict[str, str], replica_id: str) -> Any:
@@ -431,6 +436,6 @@ async def delete_thread(request: web.Request) -> web.Response:
 
 __all__ = [
     "THREAD", "THREAD_HEADER", "TRIMMED_HEADER", "Conversation", "StreamedMessage", "ThreadKeeper", "attach",
-    "context_length", "conversation", "delete_thread", "estimate_tokens", "fit", "new_thread_id",
+    "context_length", "conversation", "delete_thread", "engine_context", "estimate_tokens", "fit", "new_thread_id",
     "remember_turn", "response_id_for", "thread_of_response_id",
 ]

@@ -580,9 +580,11 @@ class Store(abc.ABC):
         cache: bool | None = None,
         cache_ttl: dt.timedelta | None = None,
         storage_quota_bytes: int | None = None,
+        strict_max_tokens: bool | None = None,
     ) -> ProjectFeatures:
         """Change some of a project's switches (None leaves one as it is); NotFound for no such project.
-        ``storage_quota_bytes``: its own quota (0: no limit), or SERVER_QUOTA for the server's again."""
+        ``storage_quota_bytes``: its own quota (0: no limit), or SERVER_QUOTA for the server's again.
+        ``strict_max_tokens``: a max_tokens past what the context leaves is refused (400), not fitted."""
 
     @abc.abstractmethod
     async def get_thread_turns(self, project_id: str, thread_id: str) -> list[ThreadTurn]:

@@ -70,6 +70,8 @@ class ProjectFeatures:
     cache_ttl: dt.timedelta = DEFAULT_CACHE_TTL
     #: bytes the project may keep (0: no limit); None: the server's router.clients.project_storage_bytes
     storage_quota_bytes: int | None = None
+    #: a request asking for more answer tokens than the model's context leaves is refused (400), not fitted
+    strict_max_tokens: bool = False
     updated_at: dt.datetime | None = None  # None: never set, the defaults
     actor: str | None = None
 

@@ -162,6 +162,9 @@ class ResolvedKey:
     user_state: str | None  # the owning person's state; None for a service key
     # The chain, widest first: org, team, project, user, key.
     limits: tuple[Limits, ...] = attrs.field(converter=_lists_to_tuples)
+    #: the widest scope ("org", "project" or "key") whose rule keeps its requests on the cluster's own
+    #: engines; "" when none does
+    in_cluster: str = ""
 
 
 # ---- usage -----------------------------------------------------------------

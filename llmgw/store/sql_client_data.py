@@ -36,7 +36,7 @@ from .sql_files_batches import SQLFilesBatches
 from .sqlbase import Tx, from_json, qmarks
 
 FEATURE_COLS = ("project_id, threads, thread_retention_s, memory, cache, cache_ttl_s, updated_at, actor,"
-                " storage_quota_bytes")
+                " storage_quota_bytes, strict_max_tokens")
 NOTE_COLS = "project_id, agent, key, text, tags, created_at, updated_at"
 
 #: Thread ids and agent names: letters, digits and - _ . :
@@ -120,7 +120,8 @@ class SQLClientData(SQLFilesBatches):
             project_id=r["project_id"], threads=bool(r["threads"]),
             thread_retention=dt.timedelta(seconds=r["thread_retention_s"]), memory=bool(r["memory"]),
             cache=bool(r["cache"]), cache_ttl=dt.timedelta(seconds=r["cache_ttl_s"]),
-            storage_quota_bytes=r["storage_quota_bytes"], updated_at=self._dt(r["updated_at"]), actor=r["actor"],
+            storage_quota_bytes=r["storage_quota_bytes"], strict_max_tokens=bool(r["strict_max_tokens"]),
+            updated_at=self._dt(r["updated_at"]), actor=r["actor"],
         )
 
     def _note(self, r: Any) -> MemoryNote:
@@ -183,6 +184,7 @@ class SQLClientData(SQLFilesBatches):
         cache: bool | None = None,
         cache_ttl: dt.timedelta | None = None,
         storage_quota_bytes: int | None = None,
+        strict_max_tokens: bool | None = None,
     ) -> ProjectFeatures:
         project_id = v.check_id(project_id, "project id")
         if storage_quota_bytes is not None and (isinstance(storage_quota_bytes, bool)
@@ -190,7 +192,8 @@ class SQLClientData(SQLFilesBatches):
                                                 or storage_quota_bytes < SERVER_QUOTA):
             raise Invalid(f"storage quota: expected a number of bytes (0: no limit), got {storage_quota_bytes!r}")
         actor = v.check_text(actor, "actor")
-        for name, flag in (("threads", threads), ("memory", memory), ("cache", cache)):
+        for name, flag in (("threads", threads), ("memory", memory), ("cache", cache),
+                           ("strict_max_tokens", strict_max_tokens)):
             if flag is not None and not isinstance(flag, bool):
                 raise Invalid(f"{name}: expected true or false, got {flag!r}")
         retention_s = None if thread_retention is None else _seconds(thread_retention, "thread retention")
@@ -210,17 +213,19 @@ class SQLClientData(SQLFilesBatches):
                 cache_ttl=old.cache_ttl if ttl_s is None else dt.timedelta(seconds=ttl_s),
                 storage_quota_bytes=(old.storage_quota_bytes if storage_quota_bytes is None
                                      else None if storage_quota_bytes == SERVER_QUOTA else storage_quota_bytes),
+                strict_max_tokens=old.strict_max_tokens if strict_max_tokens is None else strict_max_tokens,
                 updated_at=now, actor=actor,
             )
             await tx.execute(
-                f"INSERT INTO project_features ({FEATURE_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO project_features ({FEATURE_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (project_id) DO UPDATE SET threads = excluded.threads,"
                 " thread_retention_s = excluded.thread_retention_s, memory = excluded.memory,"
                 " cache = excluded.cache, cache_ttl_s = excluded.cache_ttl_s,"
                 " updated_at = excluded.updated_at, actor = excluded.actor,"
-                " storage_quota_bytes = excluded.storage_quota_bytes",
+                " storage_quota_bytes = excluded.storage_quota_bytes, strict_max_tokens = excluded.strict_max_tokens",
                 project_id, new.threads, int(new.thread_retention.total_seconds()), new.memory, new.cache,
                 int(new.cache_ttl.total_seconds()), self._t(now), actor, new.storage_quota_bytes,
+                new.strict_max_tokens,
             )
             return new
 

@@ -93,12 +93,15 @@ class SQLKeys(SQLStoreBase):
                 "key": key.id,
             }
             limits = await self._limits_chain(tx, chain)
+            # residency: the scope rules over the key (llmgw.store.sql_people)
+            rules = await self._rules_chain(tx, {k: chain[k] for k in ("org", "team", "project", "key")})
             return ResolvedKey(
                 key=key,
                 org_id=r["p_org_id"],
                 team_id=r["p_team_id"],
                 user_state=r["u_state"],
                 limits=tuple(limits),
+                in_cluster=next((rule.scope_kind for rule in rules if rule.in_cluster), ""),
             )
 
         return await self._read(work)
