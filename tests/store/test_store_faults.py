@@ -3,11 +3,13 @@ disk, fails a call (WritesRefused, reads go on) instead of killing the process w
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -132,3 +134,23 @@ async def test_a_store_an_earlier_llmgw_left_in_wal_mode_is_taken_out_of_it(tmp_
         assert conn.execute("SELECT x FROM kept").fetchall() == [(42,)]
     finally:
         conn.close()
+
+
+@pytest.mark.slow  # a second's wait
+async def test_a_change_waits_for_a_reader_of_another_process_then_lands(tmp_path):
+    """As while `llmgw server backup` copies the store: readers hold the file, a change waits for them."""
+    db = str(tmp_path / "s.db")
+    store = await open_store(db)
+    hold = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN'); c.execute('SELECT count(*) FROM usage').fetchall(); print('reading', flush=True); "
+            "time.sleep(1); c.execute('COMMIT')")
+    reader = await asyncio.create_subprocess_exec(sys.executable, "-c", hold, db, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert await reader.stdout.readline() == b"reading\n"
+        started = time.monotonic()
+        await store.insert_usage_rows(_row("r1"))
+        assert time.monotonic() - started > 0.5  # it waited for the reader to finish
+        assert await store.get_usage("r1") is not None and store.write_errors == 0
+    finally:
+        await reader.wait()
+        await store.close()
