@@ -16,6 +16,7 @@ from aiohttp import web
 from llmgw.obs import logs
 from llmgw.router import client_data
 from llmgw.router import handlers_anthropic as anthropic
+from llmgw.router import handlers_moderations as moderations
 from llmgw.router import handlers_openai as h
 from llmgw.router import handlers_rerank as rerank
 from llmgw.router import handlers_models as models
@@ -91,6 +92,7 @@ def make_router_app(gateway: Gateway) -> web.Application:
         web.post("/v1/chat/completions", h.chat_completions),
         web.post("/v1/completions", h.completions),
         web.post("/v1/embeddings", h.embeddings),
+        web.post("/v1/moderations", moderations.moderations),
         web.post("/v1/rerank", rerank.rerank),
         web.post("/v1/score", rerank.score),
         web.post("/v1/messages", anthropic.messages),
