@@ -16,6 +16,7 @@ from aiohttp import web
 from llmgw.obs import logs
 from llmgw.router import client_data
 from llmgw.router import handlers_anthropic as anthropic
+from llmgw.router import handlers_audio as audio
 from llmgw.router import handlers_moderations as moderations
 from llmgw.router import handlers_openai as h
 from llmgw.router import handlers_rerank as rerank
@@ -92,6 +93,8 @@ def make_router_app(gateway: Gateway) -> web.Application:
         web.post("/v1/chat/completions", h.chat_completions),
         web.post("/v1/completions", h.completions),
         web.post("/v1/embeddings", h.embeddings),
+        web.post("/v1/audio/transcriptions", audio.transcriptions),
+        web.post("/v1/audio/translations", audio.translations),
         web.post("/v1/moderations", moderations.moderations),
         web.post("/v1/rerank", rerank.rerank),
         web.post("/v1/score", rerank.score),

@@ -418,8 +418,11 @@ def _take_usage(call: Call, usage: dict | None) -> None:
     if not usage:
         return
     call.usage_known = True
-    call.prompt_tokens = _int(usage.get("prompt_tokens")) or _int(usage.get("total_tokens"))  # rerank: a total
+    # rerank: only a total (vLLM), all of it read
+    call.prompt_tokens = _int(usage.get("prompt_tokens" if "prompt_tokens" in usage else "total_tokens"))
     call.completion_tokens = _int(usage.get("completion_tokens"))
+    if "input_tokens" in usage or "output_tokens" in usage:  # audio: OpenAI's names for them
+        call.prompt_tokens, call.completion_tokens = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):
         call.cached_tokens = _int(details.get("cached_tokens"))
