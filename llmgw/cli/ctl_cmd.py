@@ -17,6 +17,7 @@ from llmgw.cli import ctl_server_config
 from llmgw.cli import ctl_backup
 from llmgw.cli import ctl_notify
 from llmgw.cli import ctl_engines
+from llmgw.cli import ctl_monitoring
 
 HELP = "Drive a running control plane through its admin API (every operation, --json)."
 DESCRIPTION = (
@@ -41,6 +42,7 @@ def register(sub) -> None:
     ctl_people.register(ctl_sub)
     ctl_cert.register(ctl_sub)
     ctl_guard.register(ctl_sub)
+    ctl_monitoring.register(ctl_sub)
 
 
 def _usage(parser: argparse.ArgumentParser):

@@ -434,6 +434,8 @@ class Installer:
         if self.command()[1:2] == [str(L.binary)]:
             out += [f"== {L.binary}: a copy of this zipapp", ""]
         file(L.server_yaml, self.server_text(), 0o640)
+        out.append(f"== {L.alert_rules}: exists, kept as it is" if L.alert_rules.exists() else
+                   f"== {L.alert_rules} (mode 0644): the alert rules for Prometheus (llmgw ctl alerts export)")
         if _is_postgres(self.opts.store):
             file(L.store_dsn_file, f"{_mask_dsn(self.opts.store)}  (the password is written, not shown here)", 0o600)
         ca = L.ca_dir / "ca.pem"
@@ -507,6 +509,7 @@ class Installer:
         self.manifest.save()  # from here on, wipe knows what init made even if a later step fails
         self._install_binary()
         self._write_new(L.server_yaml, self.server_text(), 0o640, "the control plane's configuration")
+        self._write_alert_rules()
         if _is_postgres(self.opts.store):
             self._write_new(L.store_dsn_file, self.opts.store + "\n", 0o600, "the PostgreSQL address (0600)")
         ca = L.ca_dir / "ca.pem"
@@ -544,6 +547,12 @@ class Installer:
         self.manifest.save()
         self._install_firewall()
         self.manifest.save()
+
+    def _write_alert_rules(self) -> None:
+        from llmgw.obs.monitoring_files import rules_yaml
+
+        self._write_new(self.layout.alert_rules, rules_yaml(), 0o644,
+                        "the alert rules for Prometheus (rule_files; docs/monitoring.md)")
 
     def _install_binary(self) -> None:
         from llmgw.buildinfo import zipapp_path

@@ -1,6 +1,6 @@
 """Where an installed llmgw keeps its files on a machine (or under `--root DIR`).
 
-    /etc/llmgw/                 server.yaml, agent.yaml, mirror.yaml
+    /etc/llmgw/                 server.yaml, agent.yaml, mirror.yaml, llmgw-rules.yml (alert rules)
     /etc/llmgw/ca/              the cluster CA: ca.pem, ca-key.pem (control planes only, root only)
     /etc/llmgw/tls/             ca.pem, server.pem, node.pem and their keys
     /var/lib/llmgw/             the store (SQLite), the admin token, pid files, installed.json
@@ -81,6 +81,11 @@ class Layout:
     @property
     def agent_yaml(self) -> Path:
         return self.etc / "agent.yaml"
+
+    @property
+    def alert_rules(self) -> Path:
+        """llmgw's alert rules for Prometheus (`llmgw ctl alerts export`), written by server init."""
+        return self.etc / "llmgw-rules.yml"
 
     @property
     def store(self) -> Path:

@@ -1,0 +1,284 @@
+"""The alert rules llmgw ships: one definition, rendered as a Prometheus rules file and as docs.
+
+Each alert says, in its `description`, what the operator should do about it.
+`llmgw ctl alerts export` prints the file, `llmgw server init` writes it
+beside server.yaml, and docs/monitoring.md's Alerts section is made from the
+same list. tests/obs/alerts_test.yml is the promtool unit test: for every
+alert, one case that fires it and one that does not.
+
+Severities: `critical` wakes someone (requests fail, data is lost, a card
+computes on bad memory); `warning` is for working hours; `info` is worth
+knowing, and nothing is broken.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["Alert", "AlertGroup", "GROUPS", "SEVERITIES", "all_alerts", "rules_document"]
+
+SEVERITIES = ("critical", "warning", "info")
+
+
+@attrs.frozen
+class Alert:
+    name: str
+    expr: str
+    severity: str = attrs.field(validator=attrs.validators.in_(SEVERITIES))
+    #: how long the expression must hold before the alert fires ("0m": at once)
+    wait: str
+    #: one line, with the labels that say where ({{ $labels.x }}) and the value
+    summary: str
+    #: what it means and what to do
+    description: str
+
+
+@attrs.frozen
+class AlertGroup:
+    name: str
+    #: one sentence for the docs: what the group watches
+    about: str
+    alerts: tuple[Alert, ...]
+
+
+def _join(*lines: str) -> str:
+    return " ".join(lines)
+
+
+AVAILABILITY = AlertGroup("llmgw-availability", "Whether Prometheus reaches each llmgw endpoint it scrapes.", (
+    Alert(
+        "LlmgwEndpointDown", 'up{job=~"llmgw.*"} == 0', "critical", "3m",
+        "{{ $labels.job }} at {{ $labels.instance }} has not answered a scrape for three minutes",
+        _join("The process is stopped, its machine is down, or a firewall closes the port. On that machine,",
+              "`systemctl status llmgw-server` (or llmgw-agent, llmgw-mirror) and `llmgw doctor` say which;",
+              "the role's log says why it stopped. The alert needs the scrape jobs named llmgw-…, as in the",
+              "example configuration in docs/monitoring.md."),
+    ),
+))
+
+GATEWAY = AlertGroup("llmgw-gateway", "What the callers of the client API feel: failures, waits, replicas ejected.", (
+    Alert(
+        "ModelFailing",
+        _join('sum by (model) (rate(llmgw_requests_total{outcome="error"}[10m]))',
+              "/ sum by (model) (rate(llmgw_requests_total[10m])) > 0.05",
+              "and sum by (model) (rate(llmgw_requests_total[10m])) > 0.05"),
+        "critical", "10m",
+        "{{ $value | humanizePercentage }} of the requests for {{ $labels.model }} fail",
+        _join("For ten minutes more than one request in twenty to the model has ended in an error (refusals by",
+              "a limit are not counted). `llmgw ctl replicas` shows whether its replicas are ready; the agent",
+              "log of their node (`llmgw ctl node logs NODE`) says why an engine fails. If one tenant alone",
+              "fails (TenantErrors), look at what it sends instead."),
+    ),
+    Alert(
+        "NoHealthyReplica", "max by (model) (llmgw_replica_healthy) == 0", "critical", "2m",
+        "Every replica of {{ $labels.model }} is ejected after failures",
+        _join("The gateway stopped sending to each of the model's replicas after they failed requests, so",
+              "its requests fail or go to a fallback. `llmgw ctl replicas` lists them;",
+              "`llmgw ctl replica restart ID` starts one again, and the node's agent log says why it failed."),
+    ),
+    Alert(
+        "SlowFirstToken",
+        _join("histogram_quantile(0.95, sum by (model, le) (rate(llmgw_ttft_seconds_bucket[15m]))) > 10",
+              "and sum by (model) (rate(llmgw_ttft_seconds_count[15m])) > 0.02"),
+        "warning", "15m",
+        "{{ $labels.model }} takes {{ $value | humanizeDuration }} to its first token at p95",
+        _join("Callers of streamed answers wait this long before anything appears. Usually the replicas are",
+              "full (QueueWaitLong, PoolSaturated) and more of them help (`llmgw ctl model scale`); a long",
+              "wait with idle replicas is the engine itself, its log says why."),
+    ),
+    Alert(
+        "QueueWaitLong",
+        "histogram_quantile(0.95, sum by (model, le) (rate(llmgw_queue_wait_seconds_bucket[10m]))) > 5",
+        "warning", "10m",
+        "Requests for {{ $labels.model }} wait {{ $value | humanizeDuration }} for room at p95",
+        _join("Every replica of the model is at its batch limit and admission holds requests in its queue.",
+              "Give it more replicas (`llmgw ctl model scale`), or move traffic of the lower bands elsewhere;",
+              "requests that wait past their band's limit are refused with 503."),
+    ),
+    Alert(
+        "GatewayFaults", "sum by (route) (increase(llmgw_http_errors_total[10m])) > 0", "warning", "0m",
+        "The gateway failed {{ $value }} requests on {{ $labels.route }} with its own fault",
+        _join("A status 500 is a fault of llmgw, not of the caller or the engine. Each one is logged with its",
+              "request id and the error: search the server's log for the route, and report it with that line."),
+    ),
+    Alert(
+        "FallbacksServing", "sum by (model, served, reason) (rate(llmgw_fallbacks_total[15m])) > 0", "info", "15m",
+        "Requests for {{ $labels.model }} are answered by {{ $labels.served }} ({{ $labels.reason }})",
+        _join("For fifteen minutes callers asking for the model get its fallback instead. Working as",
+              "configured, but they are getting a different model: find out why the first one cannot answer",
+              "(its replicas, its limits) if it lasts."),
+    ),
+    Alert(
+        "ModelUpdateAvailable", "llmgw_model_update_available == 1", "info", "1h",
+        "The repository {{ $labels.model }} was served from has new files",
+        _join("The registry repository published different files under the names being served. `llmgw ctl",
+              "model updates` lists what changed; nothing moves until you change the model's source."),
+    ),
+))
+
+ACCOUNTING = AlertGroup("llmgw-accounting", "Whether usage, changes and notifications reach where they go.", (
+    Alert(
+        "StoreWritesFailing", "increase(llmgw_store_write_errors_total[5m]) > 0", "critical", "0m",
+        "The store failed {{ $value }} writes in five minutes on {{ $labels.instance }}",
+        _join("A full disk, a read-only file or an unreachable database. Admin changes are refused while it",
+              "lasts and usage rows wait in the journal. `llmgw doctor` on the control plane checks the",
+              "store; free the disk or bring the database back, and the journal is written out by itself."),
+    ),
+    Alert(
+        "UsageRowsDropped", "increase(llmgw_usage_rows_dropped_total[10m]) > 0", "critical", "0m",
+        "{{ $value }} usage rows were lost on {{ $labels.instance }}",
+        _join("Neither the store nor the journal took them: the requests were served and will not be billed",
+              "or counted against budgets. Fix the store (StoreWritesFailing) and the disk the journal is on."),
+    ),
+    Alert(
+        "UsageJournalBacklog", "llmgw_usage_journal_rows > 0", "warning", "10m",
+        "{{ $value }} usage rows wait in the journal on {{ $labels.instance }}",
+        _join("The store has not taken usage rows for ten minutes; they are kept on disk and written once it",
+              "does. Usage reports and budgets lag until then. StoreWritesFailing usually says why."),
+    ),
+    Alert(
+        "NotificationsFailing",
+        'sum by (sink, event) (increase(llmgw_notifications_total{outcome=~"failed|dropped"}[15m])) > 0',
+        "warning", "0m",
+        "Notifications of {{ $labels.event }} to {{ $labels.sink }} are not delivered",
+        _join("The sink refused them, did not answer, or the queue was full. `llmgw ctl notify test` sends",
+              "one now and prints the answer; check the sink's URL and secret in server.yaml's notify.sinks."),
+    ),
+))
+
+TENANTS = AlertGroup("llmgw-tenants", "Per tenant (router.tenant_label) and per budget.", (
+    Alert(
+        "BudgetMostlySpent", "llmgw_budget_spent_ratio >= 0.8 and llmgw_budget_spent_ratio < 1", "warning", "5m",
+        "{{ $labels.scope }} {{ $labels.name }} has spent {{ $value | humanizePercentage }} of its budget",
+        _join("Its requests are refused once the budget is spent, until the period turns. Raise the budget",
+              "(`llmgw ctl limits`), or tell its people now rather than when they are refused."),
+    ),
+    Alert(
+        "BudgetSpent", "llmgw_budget_spent_ratio >= 1", "critical", "1m",
+        "{{ $labels.scope }} {{ $labels.name }} has spent its whole budget",
+        _join("Every request under it is refused with 429 until the period turns. Raise the budget with",
+              "`llmgw ctl limits` if the spending is wanted; otherwise find out who spent it (`llmgw ctl",
+              "usage`)."),
+    ),
+    Alert(
+        "TenantHittingLimits",
+        _join('sum by (tenant) (rate(llmgw_tenant_requests_total{outcome="limited"}[10m]))',
+              "/ sum by (tenant) (rate(llmgw_tenant_requests_total[10m])) > 0.1"),
+        "warning", "10m",
+        "{{ $value | humanizePercentage }} of {{ $labels.tenant }}'s requests are refused by a limit",
+        _join("A rate, token or budget limit turns their traffic away. Either the limit is too low for what",
+              "they now do (`llmgw ctl limits` shows and sets it), or a client of theirs is looping."),
+    ),
+    Alert(
+        "TenantErrors",
+        _join('sum by (tenant) (rate(llmgw_tenant_requests_total{outcome="error"}[10m]))',
+              "/ sum by (tenant) (rate(llmgw_tenant_requests_total[10m])) > 0.05",
+              "and sum by (tenant) (rate(llmgw_tenant_requests_total[10m])) > 0.05"),
+        "warning", "10m",
+        "{{ $value | humanizePercentage }} of {{ $labels.tenant }}'s requests fail",
+        _join("Refusals by a limit are not counted. If every tenant fails alike it is a model (ModelFailing);",
+              "one tenant alone is usually what it sends: prompts past the context, a model it may not use."),
+    ),
+    Alert(
+        "TenantTrafficSpike",
+        _join("sum by (tenant) (rate(llmgw_tenant_requests_total[30m]))",
+              "> 3 * sum by (tenant) (rate(llmgw_tenant_requests_total[7d]))",
+              "and sum by (tenant) (rate(llmgw_tenant_requests_total[30m])) > 0.2"),
+        "info", "15m",
+        "{{ $labels.tenant }} sends three times its weekly average",
+        _join("A new workload, a batch job, or a client retrying in a loop. Only for tenants sending more than",
+              "one request every five seconds, so a quiet team starting its day pages nobody."),
+    ),
+    Alert(
+        "TenantSlowFirstToken",
+        _join("histogram_quantile(0.95, sum by (tenant, le) (rate(llmgw_tenant_ttft_seconds_bucket[15m]))) > 10",
+              "and sum by (tenant) (rate(llmgw_tenant_ttft_seconds_count[15m])) > 0.02"),
+        "warning", "15m",
+        "{{ $labels.tenant }} waits {{ $value | humanizeDuration }} for a first token at p95",
+        _join("What their people feel. If SlowFirstToken fires for the models too, it is the cluster; if only",
+              "this tenant is slow, it is the models it uses or its admission band."),
+    ),
+))
+
+GUARD = AlertGroup("llmgw-guard", "The guardrails and their judge models.", (
+    Alert(
+        "GuardFailingOpen",
+        _join("sum(rate(llmgw_guard_fail_open_total[5m]))",
+              "/ clamp_min(sum(rate(llmgw_guard_checks_total[5m])), 1e-9) > 0.01"),
+        "warning", "5m",
+        "{{ $value | humanizePercentage }} of judged traffic is served unjudged",
+        _join("A policy's judge model does not answer within its latency budget and the policy fails open:",
+              "requests pass unjudged. GuardJudgeUnavailable or GuardJudgeSlow says why; `llmgw ctl",
+              "replicas` whether the judge has replicas."),
+    ),
+    Alert(
+        "GuardJudgeSlow",
+        "histogram_quantile(0.95, sum by (judge_model, le) (rate(llmgw_guard_judge_latency_seconds_bucket[5m]))) > 0.25",
+        "warning", "10m",
+        "Judge {{ $labels.judge_model }} answers in {{ $value | humanizeDuration }} at p95",
+        _join("Every judged request waits this long, and those past their policy's budget are served",
+              "unjudged or refused. Give the judge more replicas, or faster ones (`llmgw ctl model scale`)."),
+    ),
+    Alert(
+        "GuardJudgeUnavailable", 'sum by (reason) (rate(llmgw_guard_judge_errors_total{reason!="timeout"}[5m])) > 0',
+        "critical", "5m",
+        "The guardrails cannot ask their judge ({{ $labels.reason }})",
+        _join("no_judge: a policy names a model the catalog does not have as a judge. unavailable: the judge",
+              "has no replica answering (`llmgw ctl replicas`). format: it answers in a form its judge",
+              "format does not read. `llmgw ctl guard` shows the policies and their judges."),
+    ),
+    Alert(
+        "GuardBlocksSpiking",
+        _join("sum by (tenant) (rate(llmgw_tenant_guard_blocks_total[1h]))",
+              "> 3 * sum by (tenant) (rate(llmgw_tenant_guard_blocks_total[7d]))",
+              "and sum by (tenant) (increase(llmgw_tenant_guard_blocks_total[1h])) > 10"),
+        "warning", "15m",
+        "{{ $labels.tenant }} is blocked three times as often as usual",
+        _join("More than ten blocks in an hour and three times the tenant's weekly rate: someone probing, a",
+              "client sending data it should not, or a policy that changed. The usage rows carry the guard's",
+              "category by request."),
+    ),
+    Alert(
+        "GuardSecretInAnswer",
+        'sum(increase(llmgw_guard_checks_total{stage="output",category="secret",action!="allowed"}[5m])) > 0',
+        "critical", "0m",
+        "A model put something shaped like a credential in an answer",
+        _join("It was stopped or rewritten where the policy enforces; either way the model saw it, in its",
+              "prompt or its training. The usage rows with guard category secret say which request; rotate",
+              "the credential if it is a real one."),
+    ),
+))
+
+GROUPS: tuple[AlertGroup, ...] = (AVAILABILITY, GATEWAY, ACCOUNTING, TENANTS, GUARD)
+
+
+def all_alerts() -> list[Alert]:
+    return [a for g in GROUPS for a in g.alerts]
+
+
+def rules_document() -> dict:
+    """The rules file as Prometheus reads it (`groups:`), in the order of GROUPS."""
+    groups = []
+    for group in GROUPS:
+        rules = []
+        for a in group.alerts:
+            rules.append({
+                "alert": a.name,
+                "expr": a.expr,
+                "for": a.wait,
+                "labels": {"severity": a.severity},
+                "annotations": {"summary": a.summary, "description": a.description},
+            })
+        groups.append({"name": group.name, "rules": rules})
+    return {"groups": groups}
+
+
+def _check_unique() -> None:
+    seen: set[str] = set()
+    for a in all_alerts():
+        if a.name in seen:  # pragma: no cover - a mistake in this file
+            raise ValueError(f"alert {a.name} is defined twice")
+        seen.add(a.name)
+
+
+_check_unique()
