@@ -10,6 +10,7 @@ with its dotted path and, for a file, its line.
 from __future__ import annotations
 
 import difflib
+import functools
 import io
 import os
 import typing
@@ -324,6 +325,14 @@ def _plain(node: Any) -> Any:
     return node
 
 
+@functools.lru_cache(maxsize=1)
+def _process_converter() -> cattrs.Converter:
+    """The converter for the process's environment and working directory, made once: a converter compiles a
+    structuring function per class on first use (milliseconds each), and the catalog parses a model's spec at
+    every change of the store's models."""
+    return make_converter()
+
+
 def _parse(
     cl: type,
     check: Callable[[Any], list[Problem]],
@@ -339,7 +348,8 @@ def _parse(
             [f"expected a mapping of keys like `listen: ':8080'` at the top, got {describe(document)}"],
             source,
         )
-    converter = make_converter(environ=environ, base_dir=base_dir)
+    converter = (_process_converter() if environ is None and base_dir is None
+                 else make_converter(environ=environ, base_dir=base_dir))
     try:
         config = converter.structure(_plain(document), cl)
     except Exception as exc:  # noqa: BLE001 - every cattrs error becomes a problem

@@ -372,6 +372,9 @@ class ControlConfig:
     reconcile_interval: Duration = setting(
         Duration(seconds=5), doc="How often what runs is compared with what the catalog wants."
     )
+    timezone: str = setting(
+        "UTC", doc="The time zone scaling schedules are written in (an IANA name such as Europe/Berlin)."
+    )
     lease_ttl: Duration = setting(
         Duration(seconds=15),
         doc="How long leadership lasts unless renewed (every third of it); a standby takes over once it lapses.",
@@ -510,6 +513,20 @@ class Profile:
 
 
 @attrs.frozen
+class ScalingWindow:
+    """A time of the week when a model keeps a different number of replicas (office hours, a nightly batch)."""
+
+    from_: str = setting(doc="When it begins, HH:MM in control.timezone.", key="from")
+    to: str = setting(doc="When it ends, HH:MM; earlier than from means the next day (22:00 to 06:00).")
+    min: int = setting(doc="Replicas kept running during the window, instead of scaling.min.")
+    max: int | None = setting(None, doc="The most replicas during the window; unset: scaling.max.")
+    days: list[str] = setting(
+        factory=lambda: ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+        doc="The days it begins on: mon to sun, or ranges such as mon-fri.",
+    )
+
+
+@attrs.frozen
 class Scaling:
     """How many replicas of a model run."""
 
@@ -521,6 +538,12 @@ class Scaling:
     )
     idle_timeout: Duration = setting(
         Duration(minutes=30), doc="A replica above min with no requests for this long is stopped."
+    )
+    schedule: list[ScalingWindow] = setting(
+        factory=list, doc="Windows of the week with their own min (and max); outside them, min and max apply."
+    )
+    prewarm: Duration = setting(
+        Duration(seconds=0), doc="Start a window's replicas this long before it begins, so they are ready on time."
     )
 
 

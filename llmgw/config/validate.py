@@ -355,6 +355,12 @@ def _accounting(config: ServerConfig) -> list[Problem]:
 def _control(config: ServerConfig) -> list[Problem]:
     control = config.control
     problems = _at_least(("control", "park_after"), control.park_after, 1)
+    from llmgw.control.schedules import time_zone
+
+    try:
+        time_zone(control.timezone)
+    except ValueError as exc:
+        problems.append(Problem(("control", "timezone"), str(exc)))
     if control.backoff.initial > control.backoff.max:
         problems.append(
             Problem(
@@ -525,6 +531,9 @@ def _model(index: int, model: ModelConfig, names: dict[str, str]) -> list[Proble
         problems.append(
             Problem((*path, "scaling", "max"), "must be at least 1, or no replica would ever run")
         )
+    from llmgw.control.schedules import window_problems  # the schedule's own rules live with its reader
+
+    problems += [Problem((*path, "scaling", *where), text) for where, text in window_problems(scaling)]
     return problems
 
 

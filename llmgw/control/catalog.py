@@ -32,6 +32,7 @@ from llmgw.config.errors import format_path
 from llmgw.config.load import ConfigError, make_converter, parse_server_config
 from llmgw.config.server import ModelConfig, Scaling
 from llmgw.config.units import Duration
+from llmgw.control.schedules import window_problems
 from llmgw.obs import logs
 from llmgw.plugins.types import Engine
 from llmgw.store import Conflict, Store
@@ -186,6 +187,7 @@ def check_scaling(scaling: Scaling) -> list[str]:
         )
     if scaling.idle_timeout <= Duration(0):
         problems.append("scaling.idle_timeout: must be longer than 0s")
+    problems += [f"{format_path(('scaling', *path))}: {text}" for path, text in window_problems(scaling)]
     return problems
 
 

@@ -72,7 +72,8 @@ def explain(rec: Reconciler, name: str) -> dict[str, Any]:
         "class": cm.model_class,
         "owner": cm.config.owner,
         "scaling": {"min": scaling.min, "max": scaling.max, "on_demand": scaling.on_demand,
-                    "idle_timeout": str(scaling.idle_timeout), "from": cm.scaling_from},
+                    "idle_timeout": str(scaling.idle_timeout), "from": cm.scaling_from,
+                    **_schedule(rec, cm)},
         "status": status,
         "reason": reason,
         "wanted": wanted,
@@ -93,6 +94,16 @@ def explain(rec: Reconciler, name: str) -> dict[str, Any]:
     if cm.valid and cm.runs_on_cluster and rec.active:
         out["next_placement"] = _decision(rec.dry_run(cm))
     return out
+
+
+def _schedule(rec: Reconciler, cm) -> dict[str, Any]:
+    """What the model's schedule makes of min and max now (nothing when it has none)."""
+    if not cm.scaling.schedule:
+        return {}
+    bounds = rec.bounds(cm)
+    return {"schedule": {"min": bounds.min, "max": bounds.max, "window": bounds.window,
+                         "opens_in_s": round(bounds.opens_in) if bounds.opens_in else None,
+                         "timezone": rec.control.timezone}}
 
 
 def _status(rec: Reconciler, cm, st, ready: int, starting: int, wanted: int, now: float) -> tuple[str, str]:
@@ -138,6 +149,14 @@ def explain_text(info: dict[str, Any]) -> str:
         + (f", on demand, idle after {s['idle_timeout']}" if s["on_demand"] else "")
         + f"); {info['ready']} ready, {info['starting']} starting",
     ]
+    if s.get("schedule"):
+        now = s["schedule"]
+        if now["window"]:
+            early = f", prewarmed: it opens in {now['opens_in_s']} s" if now["opens_in_s"] else ""
+            lines.append(f"  scheduled: min {now['min']}, max {now['max']} for the window {now['window']} "
+                         f"({now['timezone']}){early}")
+        else:
+            lines.append(f"  scheduled: outside every window ({now['timezone']}), so min and max as written")
     if info["replicas"]:
         lines.append("  replicas:")
         for r in info["replicas"]:

@@ -33,6 +33,7 @@ restart.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -51,6 +52,7 @@ from llmgw.control.parked import ParkedRecord, normalized
 from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, place
 from llmgw.control.preemption import PREEMPT_INTERVAL, PreemptionLedger, taken_words
 from llmgw.control.quotas import QuotaReader, Quotas
+from llmgw.control.schedules import Bounds, bounds_at, time_zone
 from llmgw.control.state import (
     ModelState,
     ModelUnavailable,
@@ -503,12 +505,20 @@ class Reconciler(AgentEvents, EngineProvisioning):
         pending = [r for r in live if r.replaces and self._serving(r.replaces)]
         return self._want(model, st, [r for r in live if r not in pending], self.clock())
 
+    def bounds(self, model: CatalogModel) -> Bounds:
+        """The min and max the model's scaling asks for now, its schedule (control.timezone) applied."""
+        if not model.scaling.schedule:
+            return Bounds(model.scaling.min, model.scaling.max)
+        when = dt.datetime.fromtimestamp(self.wall_clock(), dt.timezone.utc)
+        return bounds_at(model.scaling, when, time_zone(self.control.timezone))
+
     def _want(self, model: CatalogModel, st: ModelState, live: list[ReplicaRecord], now: float) -> int:
         scaling = model.scaling
         if scaling.max <= 0:
             return 0
+        bounds = self.bounds(model)
         idle = scaling.idle_timeout.total_seconds()
-        base = scaling.min
+        base = bounds.min
         if st.waiters:  # a request waits for its first replica
             base = max(base, 1)
         elif scaling.on_demand:
@@ -518,9 +528,9 @@ class Reconciler(AgentEvents, EngineProvisioning):
                 base = max(base, 1)
         busy = sum(1 for r in live if now - self._last_used(r, now) <= idle)
         want = max(base, busy)
-        if self._saturated(live) and len(live) < scaling.max:
+        if self._saturated(live) and len(live) < bounds.max:
             want = max(want, len(live) + 1)
-        return min(want, scaling.max)
+        return min(want, bounds.max)
 
     def _last_used(self, rec: ReplicaRecord, now: float) -> float:
         if rec.state != "ready":
@@ -608,7 +618,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
         out = []
         for rec in self.records.values():
             cm = self.catalog.get(rec.model)
-            minimum = cm.scaling.min if cm is not None else 0
+            minimum = self.bounds(cm).min if cm is not None else 0
             out.append(Holding(
                 replica_id=rec.id, model=rec.model, node=rec.node, gpus=rec.gpus, memory=rec.memory,
                 cores=rec.cores, model_class=cm.model_class if cm is not None else "opportunistic",
