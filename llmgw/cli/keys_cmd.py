@@ -91,6 +91,10 @@ def register(sub) -> None:
 
     register_features(commands)  # threads, memory, cache: a project's stored features
 
+    from llmgw.cli.keys_rules import register as register_rules
+
+    register_rules(commands)  # residency and lifetime caps: what scopes say about their keys
+
 
 def _common(parser: argparse.ArgumentParser, fn) -> None:
     add_json_flag(parser)
@@ -101,7 +105,8 @@ def _common(parser: argparse.ArgumentParser, fn) -> None:
 def _usage(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:
         parser.print_usage(sys.stderr)
-        print("llmgw keys: name a subcommand: create, list, show, revoke, rotate, limits, threads, memory or cache",
+        print("llmgw keys: name a subcommand: create, list, show, revoke, rotate, limits, threads, memory, cache,"
+              " residency or lifetime",
               file=sys.stderr)
         return 2
 

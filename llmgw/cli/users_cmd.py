@@ -67,6 +67,18 @@ def register(sub) -> None:
     remove.add_argument("path", metavar="PATH")
     _common(remove, _remove_member)
 
+    forget = commands.add_parser(
+        "forget", help="Forget a person: their keys, sessions, files and kept answers go; usage stays, unnamed.",
+        description="Forget a person, for a request to be forgotten. Their keys are revoked, their portal "
+        "sessions and reset links end, their memberships and own limits go, their personal files, batches (with "
+        "the batches' files) and the answers kept for their personal keys are deleted. Their usage is kept, so "
+        "totals and budgets stay true, under a pseudonym that links to no one; the audit log keeps what was done, "
+        "under the same pseudonym. A report says what was removed; run again, it says nothing is left. It cannot "
+        "be undone: give --yes.")
+    forget.add_argument("user", metavar="USER", help="email or id")
+    forget.add_argument("--yes", action="store_true", help="forget them (without it, nothing is changed)")
+    _common(forget, _forget)
+
     reset = commands.add_parser(
         "reset-link", help="Make a link that sets a new portal password (once, within an hour).",
         description="Make a link that lets a person set a new portal password. It works once, for an hour; "
@@ -86,8 +98,8 @@ def _common(parser: argparse.ArgumentParser, fn) -> None:
 def _usage(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:
         parser.print_usage(sys.stderr)
-        print("llmgw users: name a subcommand: create, list, suspend, activate, approve, role, add-member, remove-member"
-              " or reset-link", file=sys.stderr)
+        print("llmgw users: name a subcommand: create, list, suspend, activate, approve, role, add-member, remove-member,"
+              " forget or reset-link", file=sys.stderr)
         return 2
 
     return handler
@@ -170,6 +182,39 @@ async def _remove_member(args, tenancy) -> int:
         print_json({"user": args.user, "path": args.path, "removed": True})
     else:
         print(f"{args.user} is no longer a member of {args.path}")
+    return 0
+
+
+def forget_report_json(report) -> dict:
+    from llmgw.store.people import FORGET_PARTS
+
+    if report is None or report.already_forgotten:
+        return {"forgotten": False, "nothing_left": True,
+                "pseudonym": report.pseudonym if report else None}
+    return {"forgotten": True, "nothing_left": False, "pseudonym": report.pseudonym,
+            "removed": {name: getattr(report, name) for name, _ in FORGET_PARTS}}
+
+
+async def _forget(args, tenancy) -> int:
+    from llmgw.store.people import FORGET_PARTS
+
+    if not args.yes:
+        print(f"llmgw users forget: this removes what is kept about {args.user} for good; "
+              "give --yes to do it (nothing changed)", file=sys.stderr)
+        return 2
+    report = await tenancy.forget_user(args.user)
+    if args.json:
+        print_json(forget_report_json(report))
+        return 0
+    if report is None:
+        print(f"nothing is kept about {args.user}: no one has that email or id (forgotten already, or never here)")
+        return 0
+    if report.already_forgotten:
+        print(f"{args.user} was forgotten already (as {report.pseudonym}); nothing is left to remove")
+        return 0
+    print(f"forgot {args.user}; their usage is kept as {report.pseudonym}")
+    for name, words in FORGET_PARTS:
+        print(f"  {words}: {getattr(report, name)}")
     return 0
 
 

