@@ -149,6 +149,11 @@ class Accountant:
     def record(self, row: UsageRow) -> None:
         self.usage.record(row)
 
+    def headroom(self, principal: Principal) -> list:
+        """What is left now of each RPM and TPM limit on the principal's chain (the answers'
+        x-ratelimit-* and anthropic-ratelimit-* headers); llmgw.accounting.limits.Headroom."""
+        return self.rates.headroom(principal)
+
     # ---- for /me -----------------------------------------------------------
 
     async def spend(self, principal: Principal) -> list[dict]:

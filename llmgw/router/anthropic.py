@@ -53,6 +53,23 @@ def new_message_id() -> str:
     return "msg_" + secrets.token_hex(12)
 
 
+#: Tool call id prefixes of engines and of OpenAI, renamed to Anthropic's `toolu_`.
+_CALL_PREFIXES = ("chatcmpl-tool-", "call_")
+
+
+def tool_use_id(value: Any) -> str:
+    """A chat tool call's id as Anthropic writes a tool_use block's: `toolu_…` (the suffix kept, so the
+    client's tool_result names the same call), a new one when the engine gave none."""
+    if not isinstance(value, str) or not value:
+        return "toolu_" + secrets.token_hex(12)
+    if value.startswith("toolu_"):
+        return value
+    for prefix in _CALL_PREFIXES:
+        if value.startswith(prefix):
+            return "toolu_" + value[len(prefix):]
+    return "toolu_" + value
+
+
 # ---------------------------------------------------------------- errors
 
 
@@ -306,7 +323,7 @@ def message_from_chat(answer: dict, model: str, stop_sequences: list[str]) -> di
     calls = [c for c in message.get("tool_calls") or () if isinstance(c, dict)]
     for call in calls:
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
-        content.append({"type": "tool_use", "id": str(call.get("id") or "toolu_" + secrets.token_hex(12)),
+        content.append({"type": "tool_use", "id": tool_use_id(call.get("id")),
                         "name": str(function.get("name") or ""), "input": tool_input(function.get("arguments"))})
     reason, sequence = stop_reason(choice.get("finish_reason"), choice.get("stop_reason"), stop_sequences,
                                    bool(calls))
@@ -387,7 +404,7 @@ class MessageEvents(TranslatingRelay):
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
         if position not in self.tools:
             self.called = True
-            block = {"type": "tool_use", "id": str(call.get("id") or "toolu_" + secrets.token_hex(12)),
+            block = {"type": "tool_use", "id": tool_use_id(call.get("id")),
                      "name": str(function.get("name") or ""), "input": {}}
             out = self._open_block("tool_use", block)
             self.tools[position] = self.index

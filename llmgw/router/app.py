@@ -71,11 +71,11 @@ def _route_of(request: web.Request) -> str:
 
 
 async def _stamp_ids(request: web.Request, response: web.StreamResponse) -> None:
-    """x-request-id on every answer: the client's own when it sent a sane one, else ours;
-    x-llmgw-request-id is always ours (the id of the usage record)."""
+    """x-request-id (OpenAI's) and request-id (Anthropic's) on every answer: the client's own when it
+    sent a sane one, else ours; x-llmgw-request-id is always ours (the id of the usage record)."""
     ours = request.get(REQUEST_ID)
     if ours:
-        response.headers["x-request-id"] = request.get(CLIENT_REQUEST_ID) or ours
+        response.headers["x-request-id"] = response.headers["request-id"] = request.get(CLIENT_REQUEST_ID) or ours
         response.headers["x-llmgw-request-id"] = ours
 
 

@@ -72,12 +72,9 @@ async def fit_max_tokens(gw: Gateway, call: Any, model: str, body_bytes: bytes, 
     room = context - prompt
     if wanted <= room:
         return body_bytes, body
+    if room < 1 and exact:  # the prompt alone fills the context: the engine refuses it, in its own words
+        return body_bytes, body
     param = CLIENT_FIELD.get(getattr(call.dialect, "operation", ""), field)
-    if room < 1 and exact:
-        raise GatewayError(
-            400, "context_length_exceeded",
-            f"the prompt is {prompt} tokens, and {model}'s context holds {context}: no room is left for an "
-            "answer; send a shorter prompt", param="messages" if call.kind == "chat" else "prompt")
     if await strict():
         raise GatewayError(
             400, "context_length_exceeded",

@@ -25,6 +25,7 @@ from llmgw.accounting.api import LimitExceeded, Reservation
 from llmgw.auth.principal import ANONYMOUS, Principal
 from llmgw.obs import logs
 from llmgw.router import cache as answer_cache
+from llmgw.router import openai_shape
 from llmgw.router import threads
 from llmgw.router.admission import Grant, NoReplica, QueueFull
 from llmgw.router.body import read_json_body
@@ -42,6 +43,7 @@ from llmgw.router.errors import (
 )
 from llmgw.router.fit import fit_max_tokens, project_is_strict
 from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, Gateway
+from llmgw.router.ratelimit_headers import rate_headers
 from llmgw.router.proxy import UpstreamFailure, first_events, read_whole, relay_stream
 from llmgw.router.sse import SSERelay, find_usage
 from llmgw.store.records import UsageRow
@@ -137,6 +139,7 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
         body_bytes, body = await fit_max_tokens(gw, call, model, body_bytes, body,
                                                 lambda: project_is_strict(request, principal))
         reservation, model = await _admit(gw, call, principal, model, body_bytes, body)
+        call.headers.update(_rate_headers(gw, call))  # what is left of the key's limits, this request counted
         # guard: the input checked after the limits and before admission; a refusal costs nothing
         if gw.guard is not None and (guard := gw.guard.begin(principal, model, call.kind)) is not None:
             call.guard = guard
@@ -158,6 +161,8 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
         return await _forward(gw, call, request, body_bytes, body, grants)
     except GatewayError as exc:
         call.status, call.outcome, call.code, call.limited = exc.status, exc.outcome, exc.code, exc.limited
+        if exc.limited and call.principal is not None:
+            call.headers.update(_rate_headers(gw, call))
         if dialect is not None:
             return dialect.error_response(exc, _answer_headers(call))
         return exc.response(_answer_headers(call))
@@ -401,6 +406,8 @@ async def _answer(gw: Gateway, call: Call, request: web.Request, resp, relay: An
         call.code = "engine_refused"
     else:
         _take_usage(call, find_usage(raw))
+        if call.kind == "chat":
+            raw = openai_shape.chat_answer(raw)  # refusal, annotations, call_ ids: as OpenAI answers
         if call.guard is not None:
             raw = await call.guard.filter_answer(raw)  # guard: the answer checked whole
             headers = _answer_headers(call)
@@ -430,6 +437,12 @@ def _take_usage(call: Call, usage: dict | None) -> None:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _rate_headers(gw: Gateway, call: Call) -> dict[str, str]:
+    """x-ratelimit-* (anthropic-ratelimit-* on /v1/messages) from the key's own limits."""
+    anthropic = getattr(call.dialect, "operation", None) == "messages"
+    return rate_headers(gw.accountant, call.principal, anthropic=anthropic)
 
 
 def _answer_headers(call: Call) -> dict[str, str]:

@@ -80,13 +80,21 @@ def draft_from(body: dict) -> ResponseDraft:
         "temperature": body.get("temperature"),
         "text": {"format": text.get("format") if isinstance(text.get("format"), dict) else {"type": "text"}},
         "tool_choice": body.get("tool_choice", "auto"),
-        "tools": [t for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"],
+        "tools": [_echoed_tool(t) for t in body.get("tools") or ()
+                  if isinstance(t, dict) and t.get("type") == "function"],
         "top_p": body.get("top_p"),
         "truncation": "disabled",
         "user": body.get("user") if isinstance(body.get("user"), str) else None,
     }
     model = body["model"] if isinstance(body.get("model"), str) else ""
     return ResponseDraft(model=model, echo=echo, store=body.get("store") is not False)
+
+
+def _echoed_tool(tool: dict) -> dict:
+    """A function tool as OpenAI's Response echoes it: every field there, `strict` null when not given."""
+    return {"type": "function", "name": tool.get("name"), "description": tool.get("description"),
+            "parameters": tool.get("parameters"), **tool,
+            "strict": tool["strict"] if isinstance(tool.get("strict"), bool) else None}
 
 
 def to_chat(body: dict, history: list[dict]) -> tuple[dict, list[dict]]:
@@ -248,7 +256,8 @@ def _response_format(fmt: Any) -> dict | None:
 
 def usage_of(usage: Any) -> dict:
     prompt, completion, cached = chunk_usage(usage) or (0, 0, 0)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+    # cache_write_tokens: engines keep their prefix cache without charging for writing it
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
             "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion}
 

@@ -10,6 +10,7 @@ nothing is decoded or encoded again.
 from __future__ import annotations
 
 from llmgw.router.errors import loads
+from llmgw.router.openai_shape import stream_bytes
 
 _EVENT_END = b"\n\n"
 _USAGE_MARK = b'"usage":{'
@@ -81,13 +82,13 @@ class SSERelay:
             self.done = True
         if _USAGE_MARK in ready or b'"usage": {' in ready:
             ready = self._take_usage(ready)
-        return ready
+        return stream_bytes(ready)  # tool call ids as OpenAI's (call_…)
 
     def close(self) -> bytes:
         rest, self._rest = self._rest, b""
         if rest and (_USAGE_MARK in rest or b'"usage": {' in rest):
             rest = self._take_usage(rest)
-        return rest
+        return stream_bytes(rest)
 
     def _take_usage(self, ready: bytes) -> bytes:
         """Read the last event with a usage object in `ready`; drop it when it is usage only and hidden."""

@@ -281,8 +281,9 @@ async def test_no_replica_is_overloaded_and_a_malformed_request_invalid(gateway)
 async def test_an_engine_refusal_is_relayed_in_anthropics_shape(sim, gateway):
     engine = await sim(models=["m"], context_length=64)
     gw = await gateway([model("m", engine)])
-    with pytest.raises(anthropic.BadRequestError) as caught:
-        await client(gw).messages.create(model="m", max_tokens=100, messages=HI)
+    with pytest.raises(anthropic.BadRequestError) as caught:  # a prompt longer than the context
+        await client(gw).messages.create(model="m", max_tokens=100,
+                                         messages=[{"role": "user", "content": "word " * 100}])
     assert caught.value.body["type"] == "error"
     assert "maximum context length" in caught.value.body["error"]["message"]
 
@@ -360,7 +361,7 @@ def test_stop_reasons_and_usage_of_a_whole_answer():
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
     message = message_from_chat(answer("tool_calls", calls=[call], content=None), "m", [])
     assert reason(message) == ("tool_use", None)
-    assert message["content"] == [{"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}}]
+    assert message["content"] == [{"type": "tool_use", "id": "toolu_c1", "name": "f", "input": {"a": 1}}]
     assert message["usage"] == {"input_tokens": 6, "output_tokens": 2, "cache_read_input_tokens": 4,
                                 "cache_creation_input_tokens": 0}
 
@@ -396,8 +397,8 @@ def test_a_stream_with_text_then_two_tool_calls_and_a_stop_sequence():
         "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
         "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
     starts = [e["content_block"] for n, e in events if n == "content_block_start"]
-    assert starts == [{"type": "text", "text": ""}, {"type": "tool_use", "id": "a", "name": "f", "input": {}},
-                      {"type": "tool_use", "id": "b", "name": "g", "input": {}}]
+    assert starts == [{"type": "text", "text": ""}, {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {}},
+                      {"type": "tool_use", "id": "toolu_b", "name": "g", "input": {}}]
     assert [e["index"] for n, e in events if n.startswith("content_block")] == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2]
     delta = events[-2][1]
     # A called tool wins over the stop string.

@@ -96,14 +96,14 @@ async def test_a_request_that_fits_is_left_as_asked(sim, gateway):
     assert raw.parse().usage.completion_tokens == 4000
 
 
-async def test_a_prompt_that_fills_the_context_is_refused_naming_it(sim, gateway):
+async def test_a_prompt_that_fills_the_context_is_the_engines_refusal(sim, gateway):
     engine = await sim(models=["m"], context_length=64)
     gw = await gateway([model("m", engine)])
     long = [{"role": "user", "content": " ".join(["word"] * 100)}]
     with pytest.raises(openai.BadRequestError) as caught:
         await gw.client().chat.completions.create(model="m", messages=long, max_tokens=10)
     assert caught.value.code == "context_length_exceeded"
-    assert "no room is left for an answer" in caught.value.message
+    assert "maximum context length is 64 tokens" in caught.value.message
 
 
 async def test_a_strict_project_gets_a_400_in_each_apis_shape(sim, stored_gateway):

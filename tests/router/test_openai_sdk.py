@@ -154,9 +154,9 @@ async def test_errors_are_openai_shaped_with_a_code(sim, gateway, http):
         await client.chat.completions.create(model="nope", messages=HELLO)
     assert caught.value.body["code"] == "model_not_found"
     assert "'nope'" in caught.value.body["message"] and "m" in caught.value.body["message"]
-    # The engine's own refusal (too long for its context) is passed on as it is.
+    # The engine's own refusal (a prompt too long for its context) is passed on as it is.
     with pytest.raises(openai.BadRequestError) as caught:
-        await client.chat.completions.create(model="m", messages=HELLO, max_tokens=500)
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "word " * 100}])
     assert caught.value.body["code"] == "context_length_exceeded"
     async with http.post(gw.base_url + "/chat/completions", data=b"{not json",
                          headers={"Content-Type": "application/json"}) as resp:
