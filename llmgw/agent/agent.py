@@ -14,6 +14,7 @@ every engine serving; the next agent takes them over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -77,6 +78,7 @@ class Agent:
         ssl_context: ssl.SSLContext | None = None,
         discover_fn: DiscoverFn | None = None,
         sensors_fn: SensorsFn | None = None,
+        host_sensors: Callable[[], dict[str, Any]] | None = None,
         ping_interval: float | None = None,
         pong_timeout: float | None = None,
     ) -> None:
@@ -120,6 +122,15 @@ class Agent:
         self._dist_ports: dict[str, int] = {}
         self._tasks: set[asyncio.Task] = set()
         self._cpu = CpuMeter()
+        #: engines that exited or failed unasked since the agent started (llmgw_node_engine_exits_total)
+        self.engine_exits = 0
+        self._exits_counted: set[str] = set()
+        self.last_heartbeat: wire.Heartbeat | None = None
+        self.last_heartbeat_at = 0.0
+        from llmgw.agent.discovery.thermal import HostSensors
+
+        #: the host's heat and CPU power (hwmon, RAPL), read in the executor with each heartbeat
+        self._host_sensors: Callable[[], dict[str, Any]] = host_sensors or HostSensors()
         self._next_port = self.ports.start
         self._restart = False
         self._stopping = False
@@ -142,7 +153,12 @@ class Agent:
                 self._control_plane_urls(), self._build_register, ssl_context=self._ssl,
                 on_control_planes=self._save_control_planes, **self._link_options,
             )
-            await self.connection.run(self._on_session)
+            async with contextlib.AsyncExitStack() as listeners:
+                if self.config.metrics_listen:  # this node's metrics, scraped directly (llmgw/obs/agent_metrics.py)
+                    from llmgw.obs.agent_metrics import serving
+
+                    await listeners.enter_async_context(serving(self, self.config.metrics_listen))
+                await self.connection.run(self._on_session)
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -188,12 +204,16 @@ class Agent:
 
     # ------------------------------------------------------------------ the connection
 
-    async def _build_register(self) -> wire.Register:
+    async def discover_now(self) -> None:
+        """Read the hardware again into `inventory`; a failed rescan keeps the last one."""
         try:
             self.inventory = await self._discover(paths={"state": str(self.state_dir),
                                                          "weights": self.config.weights_dir})
         except Exception as exc:  # a failed rescan keeps the last inventory rather than no connection
             log.error("hardware discovery failed: %s", exc)
+
+    async def _build_register(self) -> wire.Register:
+        await self.discover_now()
         shards = [_running(s) for s in self.supervisor.shards()]
         shards += [wire.RunningShard(shard_id=m.shard_id, model=m.model, engine=m.engine, state=STARTING, port=port,
                                      gpus=tuple(m.gpus)) for m, _, port in self._pending.values()]
@@ -267,25 +287,45 @@ class Agent:
         while True:
             await asyncio.sleep(interval)
             seq += 1
-            try:
-                sensors = await self._sensors()
-            except Exception as exc:  # one failed reading must not end the heartbeats
-                log.warning("reading sensors failed: %s", exc)
-                sensors = None
-            summaries = []
-            for shard in self.supervisor.shards():
-                cpu, rss = self.supervisor.usage(shard)
-                summaries.append(wire.ShardSummary(shard_id=shard.shard_id, state=shard.state, cpu_percent=cpu,
-                                                   memory_bytes=rss))
-            self._send(wire.Heartbeat(
-                seq=seq,
-                load_1m=sensors.load_average[0] if sensors and sensors.load_average else None,
-                cpu_percent=self._cpu.percent(),
-                memory_available_bytes=sensors.memory_available_bytes if sensors else None,
-                gpus=wire_gpu_sensors(sensors, *self._engines_on_gpus(),
-                                      foreign_limit=self.config.gpu_foreign_memory_limit) if sensors else (),
-                shards=tuple(summaries),
-            ))
+            self._send(await self.read_heartbeat(seq))
+
+    async def read_heartbeat(self, seq: int = 0) -> wire.Heartbeat:
+        """What this node reads now, as a heartbeat; kept as `last_heartbeat` (the agent's own metrics)."""
+        try:
+            sensors = await self._sensors()
+        except Exception as exc:  # one failed reading must not end the heartbeats
+            log.warning("reading sensors failed: %s", exc)
+            sensors = None
+        summaries = []
+        for shard in self.supervisor.shards():
+            cpu, rss = self.supervisor.usage(shard)
+            summaries.append(wire.ShardSummary(shard_id=shard.shard_id, state=shard.state, cpu_percent=cpu,
+                                               memory_bytes=rss))
+        node = await asyncio.get_running_loop().run_in_executor(None, self._node_readings)
+        self.last_heartbeat = wire.Heartbeat(
+            seq=seq,
+            load_1m=sensors.load_average[0] if sensors and sensors.load_average else None,
+            cpu_percent=self._cpu.percent(),
+            memory_available_bytes=sensors.memory_available_bytes if sensors else None,
+            gpus=wire_gpu_sensors(sensors, *self._engines_on_gpus(),
+                                  foreign_limit=self.config.gpu_foreign_memory_limit) if sensors else (),
+            shards=tuple(summaries),
+            engine_exits=self.engine_exits,
+            **node,
+        )
+        self.last_heartbeat_at = asyncio.get_running_loop().time()
+        return self.last_heartbeat
+
+    def _node_readings(self) -> dict[str, Any]:
+        """The host's disks (the directories discovery measured), heat and CPU power, for the heartbeat."""
+        from llmgw.agent.discovery.disk import read_disk
+
+        disks = []
+        for d in (self.inventory.disks if self.inventory else ()):
+            now = read_disk(d.role, d.path)
+            if now.total_bytes:
+                disks.append(wire.DiskFree(path=d.path, free_bytes=now.free_bytes or 0, total_bytes=now.total_bytes))
+        return {"disks": tuple(disks), **self._host_sensors()}
 
     def _engines_on_gpus(self) -> tuple[set[int], set[int]]:
         """Every process of this node's engines (each engine's process group) and the cards they were given,
@@ -315,6 +355,12 @@ class Agent:
     # ------------------------------------------------------------------ shards
 
     def _on_shard_change(self, shard: Shard) -> None:
+        if shard.state in (FAILED, EXITED):
+            if shard.shard_id not in self._exits_counted:
+                self._exits_counted.add(shard.shard_id)
+                self.engine_exits += 1
+        else:
+            self._exits_counted.discard(shard.shard_id)
         message = shard.message
         if shard.state == READY and shard.engine == "llamacpp":
             placement = read_llama_placement(shard.logs())

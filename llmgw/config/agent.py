@@ -92,6 +92,10 @@ class AgentConfig:
         Duration(minutes=15),
         doc="How long an engine may take from its start to answering its readiness check before its start fails.",
     )
+    metrics_listen: str = setting(
+        "", doc="Where this node's own Prometheus metrics are served (GET /metrics), like :9101; empty serves none "
+                "(the leading control plane's /metrics has every node's)."
+    )
     gpu_degraded_temperature_c: float = setting(
         87.0,
         doc="A card at or above this temperature (°C) is reported degraded and placement keeps it out, saying so; "

@@ -301,6 +301,14 @@ class RouterConfig:
     cache: CacheConfig = section(CacheConfig, doc="The answer cache's memory.")
     batch: BatchConfig = section(BatchConfig, doc="The Files and Batch APIs.")
     clients: ClientLimits = section(ClientLimits, doc="Limits on what one client may take.")
+    tag_labels: list[str] = setting(
+        factory=list,
+        doc="Request tags (x-llmgw-tags: name=value,...) whose values become labels of the same name on "
+            "llmgw_requests_total, like [team, app]; none by default.",
+    )
+    tag_label_values: int = setting(
+        20, doc="Distinct values each tag label takes in one gateway process; later ones are counted as `other`."
+    )
 
 
 @attrs.frozen

@@ -304,6 +304,7 @@ def _router(config: ServerConfig) -> list[Problem]:
                 f"{timeouts.first_byte} is longer than total ({timeouts.total}), which would always cut in first; lower it, or raise total",
             )
         )
+    problems += _tag_labels(router.tag_labels, router.tag_label_values)
     if router.cache.max_entry_bytes > router.cache.max_bytes:
         problems.append(
             Problem(
@@ -314,6 +315,25 @@ def _router(config: ServerConfig) -> list[Problem]:
     problems += _at_least(
         ("router", "max_body_bytes"), router.max_body_bytes, 1024, " bytes; no request would fit"
     )
+    return problems
+
+
+def _tag_labels(names: list[str], values: int) -> list[Problem]:
+    """router.tag_labels: each a Prometheus label name not already on llmgw_requests_total, named once."""
+    import re
+
+    problems = []
+    for index, name in enumerate(names):
+        where = ("router", "tag_labels", index)
+        if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) or name.startswith("__"):
+            problems.append(Problem(where, f"{name!r} cannot be a label name: use letters, digits and _, "
+                                           "not starting with a digit or __"))
+        elif name in ("model", "outcome"):
+            problems.append(Problem(where, f"{name!r} is already a label of llmgw_requests_total; choose another"))
+        elif name in names[:index]:
+            problems.append(Problem(where, f"{name!r} is named twice"))
+    if values < 1:
+        problems.append(Problem(("router", "tag_label_values"), f"{values}: give at least 1"))
     return problems
 
 
@@ -589,6 +609,11 @@ def check_agent(config: AgentConfig) -> list[Problem]:
             problems.append(Problem((key,), "empty; give a directory"))
     if config.mirror:
         problems += _url(("mirror",), config.mirror, "the mirror's address")
+    if config.metrics_listen:
+        try:
+            split_address(config.metrics_listen)
+        except ValueError as exc:
+            problems.append(Problem(("metrics_listen",), f"{exc}; or leave it empty to serve none"))
     if config.engine_host.strip() in ("0.0.0.0", "::", "[::]"):
         problems.append(Problem(("engine_host",), f"{config.engine_host} is every address of the node; give the "
                                                   "one the control planes reach it on, or leave it empty for that"))

@@ -63,6 +63,7 @@ class Node:
     agent_version: str = ""
     protocol: int = 0
     sensors: dict[int, GpuSensor] = attrs.Factory(dict)
+    heartbeat: Heartbeat | None = None  #: the last one, for the metrics (llmgw/obs/node_metrics.py)
     connected: bool = False
     lost: bool = False
     registered_at: float = 0.0
@@ -214,6 +215,7 @@ class Inventory:
         node = self.heard(node_id)
         if node is None:
             return None
+        node.heartbeat = hb
         if hb.memory_available_bytes is not None:
             node.memory_available = hb.memory_available_bytes
         for sensor in hb.gpus:

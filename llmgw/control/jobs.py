@@ -104,6 +104,9 @@ class ReconcilerObserver:
     def unplaced(self, model: str, decision: Decision) -> None:
         """Placement found no room for a replica the model wants (a new one, or a restart's replacement)."""
 
+    def preempted(self, model: str, victims: list[str]) -> None:
+        """Replicas (by id) are stopped to make room for `model`."""
+
     def reset(self, reason: str) -> None:
         """The reconciler forgot everything: this control plane stopped leading."""
 

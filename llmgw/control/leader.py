@@ -138,6 +138,9 @@ class Leadership:
         self.lease: Lease | None = None  #: the lease as last seen, whoever holds it
         self.previous_holder: str | None = None  #: who held the lease before we took it (None: nobody ever)
         self.last_error = ""
+        #: renewals of our lease made, and tried but failed (llmgw_lease_renewals_total, ..._failures_total)
+        self.renewals = 0
+        self.renewal_failures = 0
         self._valid_until = 0.0
         self._refused = False  # the store refuses writes while our lease row still names us
         self._waiters: list[asyncio.Future] = []
@@ -222,11 +225,13 @@ class Leadership:
     async def step(self) -> bool:
         """One try: renew while leading, else try to take the lease. Returns whether we lead."""
         sent = self.clock()
+        renewing = self.leading
         try:
             if self.leading:
                 extra = {"even_lapsed": True} if self._refused else {}
                 lease = await self.store.renew_lease(self.name, self.holder, self.ttl, epoch=self.epoch, **extra)
                 if lease is None:
+                    self.renewal_failures += 1
                     self.lease = await self.store.get_lease(self.name)
                     await self._set(False, "the lease was lost (it lapsed, or another control plane took it)")
                     return False
@@ -241,6 +246,7 @@ class Leadership:
         except asyncio.CancelledError:
             raise
         except WritesRefused as exc:
+            self.renewal_failures += renewing
             if self.leading and await self._still_ours():
                 self.last_error = f"the store refuses writes; the lease is kept, nobody can take it meanwhile: {exc}"
                 if not self._refused:
@@ -256,6 +262,7 @@ class Leadership:
                 await self._set(False, "the lease could not be renewed before it ran out")
             return self.leading
         except Exception as exc:  # noqa: BLE001 - any store failure: keep trying, step down in time
+            self.renewal_failures += renewing
             self.last_error = f"the store did not answer: {exc}"
             log.warning("leadership: %s", self.last_error)
             if self.leading and self.clock() >= self._valid_until - MARGIN:
@@ -267,6 +274,7 @@ class Leadership:
         self.lease = lease
         self.last_error = ""
         self._valid_until = sent + self.ttl
+        self.renewals += renewing
         if not self.leading:
             self.epoch = lease.epoch
             await self._set(True, "took the lease")

@@ -449,6 +449,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
                         self._retire(victim, why)
                         st.preempting.add(victim.id)
                     self._reclaiming.add(model.name)
+                    self.observer.preempted(model.name, [v.id for v in victims])
                     self.preemption.preempted(model.name, taken_words(model.name, model.model_class, guarantee),
                                               [(v.model, v.nodes) for v in victims], now)
                     break

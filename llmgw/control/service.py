@@ -155,6 +155,9 @@ class ControlPlane:
                                      on_change=self._leadership_changed)
         self.reconciler: Reconciler | None = None
         self.jobs = Jobs()  #: changes to models followed until they serve or fail (llmgw/control/jobs.py)
+        from llmgw.obs.control_metrics import ControlMetrics
+
+        self.metrics = ControlMetrics(self)  #: its metrics, on the server's /metrics (llmgw/obs/control_metrics.py)
         self.log_requests = LogRequests()
         self.updates = watcher_for(config, self._served_sources)
         self.updates.notify = notify
@@ -164,11 +167,13 @@ class ControlPlane:
     # ---------------------------------------------------------------- life
 
     async def start(self) -> None:
+        from llmgw.obs.control_metrics import ObserverFanOut
+
         keys = await load_engine_keys(self.store, actor=ACTOR)
         await self.catalog.load()
         self.reconciler = Reconciler(
             self.config.control, self.catalog, self.inventory, EndpointLink(self.endpoint), self.replicas, keys,
-            engines=self.engines, observer=self.jobs, notify=self.notify,
+            engines=self.engines, observer=ObserverFanOut(self.jobs, self.metrics), notify=self.notify,
         )
         self.reconciler.active = False
         self.reconciler.inactive_reason = "this control plane is a standby"

@@ -56,6 +56,9 @@ def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: b
     app[GATEWAY].control = slot  # the router starts on-demand models through it
     app.cleanup_ctx.append(_router_follows_catalog)  # after the control plane's: it serves its whole catalog
     app[GATEWAY].metrics.bind(model_updates=lambda: slot.plane.updates.available() if slot.plane else ())
+    from llmgw.obs.control_metrics import PlaneCollector
+
+    app[GATEWAY].metrics.registry.register(PlaneCollector(slot))  # the scheduler's, and the agents' relayed
     if admin and config.admin_listen:
         app.cleanup_ctx.append(functools.partial(_admin_listener, config, slot, config_path))
     return slot

@@ -16,7 +16,17 @@ Names follow the reference's dashboards and alerts:
   `llmgw_replica_engine_waiting{model,replica}`;
 - `llmgw_upstream_retries_total{model}`, `llmgw_fallbacks_total{model,served,reason}`;
 - `llmgw_model_update_available{model}`: 1 when the repository a served model
-  came from has new files (the control plane's update checks), else 0.
+  came from has new files (the control plane's update checks), else 0;
+- `llmgw_output_tokens_per_second{model}`: a streamed answer's output tokens
+  after the first over the time they took;
+- `llmgw_pool_saturation{model}`: the requests at a model's replicas and
+  waiting for them over what they take at once.
+
+`tag_labels` (server.yaml router.tag_labels) adds a label per named request
+tag to `llmgw_requests_total`, each holding at most `tag_label_values`
+distinct values (the rest count as `other`). Every metric is listed, with
+its help, in llmgw/obs/metric_defs.py; `llmgw_build_info` and the process
+metrics are in the registry too (llmgw/obs/exposition.py).
 
 The tenant is the project of the key (`none` for a personal key,
 `anonymous` when keys are off). `model` is the model that answered, else
@@ -25,11 +35,14 @@ the one asked for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from llmgw.obs.exposition import add_common, render
+from llmgw.obs.metric_defs import defn
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -37,6 +50,9 @@ DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600,
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2, 4, 8, 15, 30, 60, 120)
 TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
 QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+TOKENS_PER_SECOND_BUCKETS = (1, 2.5, 5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 1000)
+#: The value a tag label takes once it has had `tag_label_values` others.
+OTHER_TAG_VALUE = "other"
 
 OUTCOMES = ("ok", "error", "limited", "refused", "cancelled")
 
@@ -74,6 +90,7 @@ class _LiveCollector:
         yield in_flight
         yield healthy
         yield waiting
+        yield self._saturation()
         updates = GaugeMetricFamily("llmgw_model_update_available",
                                     "1 when the repository a served model came from has new files.", labels=["model"])
         if self.model_updates is not None:
@@ -82,14 +99,46 @@ class _LiveCollector:
         yield updates
 
 
+    def _saturation(self) -> GaugeMetricFamily:
+        """Per model: (requests at its usable replicas + their engines' queues + admission's queue) over the
+        requests those replicas take at once; +Inf when requests wait and no replica takes them."""
+        d = defn("llmgw_pool_saturation")
+        family = GaugeMetricFamily(d.family, d.help, labels=list(d.labels))
+        load: dict[str, float] = {}
+        room: dict[str, float] = {}
+        if self.replicas is not None:
+            for r in self.replicas():
+                load.setdefault(r.model, 0.0)
+                room.setdefault(r.model, 0.0)
+                if r.usable():
+                    load[r.model] += r.in_flight + max(0.0, r.load.waiting)
+                    room[r.model] += r.max_concurrency
+        if self.queue_depths is not None:
+            for model, _band, waiting in self.queue_depths():
+                load[model] = load.get(model, 0.0) + waiting
+        for model in sorted(load):
+            capacity = room.get(model, 0.0)
+            if capacity > 0:
+                family.add_metric([model], load[model] / capacity)
+            elif load[model] > 0:
+                family.add_metric([model], float("inf"))
+            else:
+                family.add_metric([model], 0.0)
+        return family
+
+
 class GatewayMetrics:
     """Every gateway series, in a registry of its own (several gateways may share a process in tests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tag_labels: Sequence[str] = (), tag_label_values: int = 20) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
-        self.requests = Counter("llmgw_requests", "Requests answered, by model and outcome.",
-                                ["model", "outcome"], registry=reg)
+        add_common(reg, "server")
+        self.tag_labels = tuple(tag_labels)
+        self.tag_label_values = tag_label_values
+        self._tag_values: dict[str, set[str]] = {name: set() for name in self.tag_labels}
+        self.requests = Counter("llmgw_requests", defn("llmgw_requests_total").help,
+                                ["model", "outcome", *self.tag_labels], registry=reg)
         self.tenant_requests = Counter("llmgw_tenant_requests", "Requests answered, by tenant and outcome.",
                                        ["tenant", "outcome"], registry=reg)
         self.duration = Histogram("llmgw_request_duration_seconds", "Time from a request's arrival to its answer's end.",
@@ -110,6 +159,8 @@ class GatewayMetrics:
                                ["model"], registry=reg)
         self.fallbacks = Counter("llmgw_fallbacks", "Requests answered by a fallback model, and why.",
                                  ["model", "served", "reason"], registry=reg)
+        self.output_rate = Histogram("llmgw_output_tokens_per_second", defn("llmgw_output_tokens_per_second").help,
+                                     ["model"], buckets=TOKENS_PER_SECOND_BUCKETS, registry=reg)
         self.http_errors = Counter("llmgw_http_errors", "Requests the gateway failed on itself (status 500), by route.",
                                    ["route"], registry=reg)
         self._live = _LiveCollector()
@@ -128,8 +179,8 @@ class GatewayMetrics:
 
     def request_done(self, *, model: str, tenant: str, outcome: str, duration: float,
                      prompt_tokens: int, completion_tokens: int, ttft: float | None,
-                     tpot: float | None) -> None:
-        self.requests.labels(model, outcome).inc()
+                     tpot: float | None, tags: Sequence[str] = ()) -> None:
+        self.requests.labels(model, outcome, *self._tag_label_values(tags)).inc()
         self.tenant_requests.labels(tenant, outcome).inc()
         self.duration.labels(model).observe(duration)
         if prompt_tokens:
@@ -143,9 +194,37 @@ class GatewayMetrics:
             self.tenant_ttft.labels(tenant).observe(ttft)
         if tpot is not None:
             self.tpot.labels(model).observe(tpot)
+            if tpot > 0:
+                self.output_rate.labels(model).observe(1.0 / tpot)
+
+    def _tag_label_values(self, tags: Sequence[str]) -> list[str]:
+        """The value of each tag label for a request's tags (`name=value`): "" when it has none, `other`
+        past the cap on distinct values."""
+        if not self.tag_labels:
+            return []
+        given: dict[str, str] = {}
+        for tag in tags:
+            name, sep, value = tag.partition("=")
+            if sep and name in self._tag_values and name not in given:
+                given[name] = value
+        out = []
+        for name in self.tag_labels:
+            value = given.get(name, "")
+            seen = self._tag_values[name]
+            if value and value not in seen:
+                if len(seen) >= self.tag_label_values:
+                    value = OTHER_TAG_VALUE
+                else:
+                    seen.add(value)
+            out.append(value)
+        return out
 
     def queued(self, model: str, band: str, seconds: float) -> None:
         self.queue_wait.labels(model, band).observe(seconds)
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    def exposition(self, accept: str | None = None) -> bytes:
+        return render(self.registry, accept)[0]
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The exposition in the format a scrape's Accept header asks for, and its content type."""
+        return render(self.registry, accept)

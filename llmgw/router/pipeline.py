@@ -515,7 +515,7 @@ def _account(gw: Gateway, call: Call, now: float) -> None:
     try:
         gw.metrics.request_done(model=call.model_served or call.model or UNKNOWN_MODEL, tenant=tenant, outcome=outcome,
                                 duration=now - call.started, prompt_tokens=call.prompt_tokens,
-                                completion_tokens=call.completion_tokens, ttft=ttft, tpot=tpot)
+                                completion_tokens=call.completion_tokens, ttft=ttft, tpot=tpot, tags=call.tags)
     except Exception:
         log.exception("metrics failed", extra={"fields": {"request_id": call.request_id}})
     level = logging.INFO if call.outcome == OK else logging.WARNING

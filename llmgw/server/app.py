@@ -28,7 +28,7 @@ from llmgw.auth.principal import KeyResolverProtocol
 from llmgw.config.server import ServerConfig
 from llmgw.guard.wiring import build_guard
 from llmgw.obs import logs
-from llmgw.obs.metrics import CONTENT_TYPE, GatewayMetrics
+from llmgw.obs.metrics import GatewayMetrics
 from llmgw.router.app import make_router_app
 from llmgw.router.gateway import GATEWAY
 from llmgw.router.replicas import ReplicaSet, static_replicas
@@ -54,7 +54,8 @@ def make_gateway_app(config: ServerConfig, store: Store | None = None,
     from llmgw.router.gateway import Gateway
 
     replicas = replicas if replicas is not None else static_replicas(config)
-    metrics = metrics if metrics is not None else GatewayMetrics()
+    metrics = metrics if metrics is not None else GatewayMetrics(tag_labels=config.router.tag_labels,
+                                                                 tag_label_values=config.router.tag_label_values)
     gateway = Gateway(config, replicas=replicas, accountant=accountant, resolver=resolver, metrics=metrics)
     # guard: the guardrails (None when guard.mode is off), their metrics in the gateway's registry
     gateway.guard = guard if guard is not None else build_guard(config, gateway, metrics.registry)
@@ -200,7 +201,8 @@ def make_metrics_app(metrics: GatewayMetrics) -> web.Application:
     """`GET /metrics` and nothing else, for metrics_listen."""
 
     async def exposition(request: web.Request) -> web.Response:
-        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+        body, content_type = metrics.render(request.headers.get("Accept"))  # OpenMetrics when asked for
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     app = web.Application()
     app[METRICS] = metrics

@@ -149,6 +149,13 @@ class GpuSensor:
     problem: str = ""  #: why health is not ok, in words
     pcie_replays: int | None = None
     xid_errors: tuple[int, ...] = ()
+    # For the metrics (llmgw_gpu_*); None where the driver does not say.
+    memory_utilisation_percent: float | None = None
+    sm_clock_mhz: float | None = None
+    retired_pages_pending: bool | None = None
+    row_remap_pending: bool | None = None
+    row_remap_failure: bool | None = None
+    last_xid: int | None = None  #: the code of the most recent of `xid_errors`
 
 
 @attrs.frozen
@@ -223,6 +230,12 @@ class Heartbeat:
     memory_available_bytes: int | None = None
     gpus: tuple[GpuSensor, ...] = ()
     shards: tuple[ShardSummary, ...] = ()
+    # For the metrics (llmgw_node_*); None where the machine has no such sensor.
+    disks: tuple[DiskFree, ...] = ()
+    cpu_temperature_c: float | None = None
+    inlet_temperature_c: float | None = None
+    cpu_power_w: float | None = None
+    engine_exits: int = 0  #: engines that exited or failed unasked since the agent started
 
 
 @attrs.frozen

@@ -169,7 +169,8 @@ def _with_xids(readings: tuple[Any, ...], text: str, bus_ids: Mapping[int, str],
         if x is None:
             out.append(r)
             continue
-        out.append(add_findings(attrs.evolve(r, xid_errors=x.codes, xid_last=x.last_text), x.findings))
+        out.append(add_findings(attrs.evolve(r, xid_errors=x.codes, xid_last=x.last_text,
+                                                xid_last_code=x.last_code), x.findings))
     return tuple(out)
 
 

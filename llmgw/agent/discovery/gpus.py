@@ -108,6 +108,7 @@ class Gpu:
     pcie_replays: int | None = None  #: PCIe replays since the driver loaded: a rising count is a bad link
     xid_errors: tuple[int, ...] = ()  #: XID codes in the kernel log within xid.WINDOW_S
     xid_last: str = ""  #: the driver's words on the last of them
+    xid_last_code: int | None = None  #: the code of the last of them
     health: str = OK  #: ok | degraded | failed
     health_reasons: tuple[str, ...] = ()
 
@@ -137,6 +138,7 @@ class GpuSensors:
     pcie_replays: int | None = None
     xid_errors: tuple[int, ...] = ()
     xid_last: str = ""
+    xid_last_code: int | None = None
     #: the compute processes on the card as (pid, bytes of its memory or None); None: not listed
     processes: tuple[tuple[int, int | None], ...] | None = None
     health: str = OK

@@ -101,6 +101,7 @@ class CardXids:
 
     codes: tuple[int, ...] = ()  #: in the order they came, repeats dropped
     last_text: str = ""
+    last_code: int | None = None  #: the code of the most recent one
     findings: tuple[tuple[str, str], ...] = ()  #: (status, reason) for gpus.assess_health's `extra`
 
 
@@ -133,7 +134,7 @@ def xid_findings(events: Iterable[XidEvent], bus_ids: Sequence[str], *, now_upti
             if status is not None:
                 findings.append((status, f"XID {code} ({meaning}) in the kernel log within the last {minutes}: "
                                          "drain the node and check the card (nvidia-smi -q, nvidia-bug-report.sh)"))
-        out[bus] = CardXids(codes=tuple(codes), last_text=evs[-1].text, findings=tuple(findings))
+        out[bus] = CardXids(codes=tuple(codes), last_text=evs[-1].text, last_code=evs[-1].code, findings=tuple(findings))
     return out
 
 
