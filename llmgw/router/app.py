@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from llmgw.obs import logs
-from llmgw.router import client_data
+from llmgw.router import anthropic_batches, client_data
 from llmgw.router import handlers_anthropic as anthropic
 from llmgw.router import handlers_audio as audio
 from llmgw.router import handlers_moderations as moderations
@@ -112,6 +112,7 @@ def make_router_app(gateway: Gateway) -> web.Application:
         web.get("/ready", h.ready),
     ])
     client_data.install(app, gateway)  # threads, memory, /mcp, files, batches; the answer cache
+    app.router.add_routes(anthropic_batches.routes())  # Anthropic's message batches, on the same batches
     return app
 
 

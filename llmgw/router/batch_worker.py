@@ -45,7 +45,7 @@ from aiohttp.streams import StreamReader
 
 from llmgw.auth.principal import ANONYMOUS, AuthError, Principal
 from llmgw.obs import logs
-from llmgw.router.batches import ENDPOINTS
+from llmgw.router.batches import ENDPOINTS, MESSAGES_ENDPOINT
 from llmgw.router.errors import GatewayError, dumps, error_body, loads
 from llmgw.router.gateway import GATEWAY, INTERNAL_PRINCIPAL, REQUEST_ID
 from llmgw.router.pipeline import new_request_id, serve
@@ -62,7 +62,7 @@ LEASE_TTL = 30.0
 FLUSH_AT, FLUSH_EVERY = 50, 0.5
 #: Tries of a line that failed without saying when to come back, the first pause (doubling), the longest.
 LINE_ATTEMPTS, RETRY_PAUSE, MAX_PAUSE = 5, 1.0, 30.0
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
+RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})  # 529: Anthropic's "overloaded" (a message batch's line)
 #: Problems listed for a file that fails its check, at most.
 MAX_ERRORS = 100
 MAX_CUSTOM_ID = 512
@@ -278,7 +278,13 @@ class BatchWorker:
 
     async def send(self, batch: Batch, body: bytes, principal: Principal) -> tuple[int, bytes, str, float | None]:
         """One request through the pipeline: (status, body, request id, Retry-After)."""
-        kind, path = ENDPOINTS[batch.endpoint]
+        dialect = None
+        if batch.endpoint == MESSAGES_ENDPOINT:  # Anthropic's message batches: each line a /v1/messages request
+            from llmgw.router.handlers_anthropic import MessagesDialect
+
+            kind, path, dialect = "chat", "/chat/completions", MessagesDialect()
+        else:
+            kind, path = ENDPOINTS[batch.endpoint]
         request_id = new_request_id()
         headers = {"Content-Type": "application/json", "Content-Length": str(len(body)),
                    "x-llmgw-tags": f"batch={batch.id}", "x-llmgw-band": self.lowest_band()}
@@ -289,7 +295,7 @@ class BatchWorker:
         request[INTERNAL_PRINCIPAL] = principal
         self.lines_sent += 1
         try:
-            response = await serve(request, kind, path)
+            response = await serve(request, kind, path, dialect=dialect)
         except Exception:
             log.exception("a batch line failed in the gateway", extra={"fields": {"batch_id": batch.id}})
             return 500, error_body("the gateway failed on this request", "server_error", "internal_error"), \

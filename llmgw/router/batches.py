@@ -47,6 +47,8 @@ ENDPOINTS: dict[str, tuple[str, str]] = {
     "/v1/embeddings": ("embedding", "/embeddings"),
     "/v1/completions": ("completion", "/completions"),
 }
+#: The endpoint of Anthropic's message batches (llmgw.router.anthropic_batches), run by the same worker.
+MESSAGES_ENDPOINT = "/v1/messages"
 MIN_WINDOW, MAX_WINDOW = dt.timedelta(minutes=1), dt.timedelta(days=7)
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
 MAX_METADATA = 16

@@ -715,6 +715,11 @@ class Store(abc.ABC):
         """Ask a running batch to stop (``cancelling``); Conflict when it has ended already."""
 
     @abc.abstractmethod
+    async def delete_batch(self, owner: str, batch_id: str) -> bool:
+        """Forget an ended batch with its input, output and error files; False when the owner has no such
+        batch; Conflict while it still runs."""
+
+    @abc.abstractmethod
     async def record_batch_results(self, batch_id: str, results: Sequence[BatchResult]) -> Batch:
         """Keep the results of lines done and count them in the batch."""
 

@@ -363,6 +363,28 @@ class SQLFilesBatches(SQLStoreBase):
 
         return self._batch(await self._write(work))
 
+    async def delete_batch(self, owner: str, batch_id: str) -> bool:
+        """Forget an ended batch, its results and its files (input, output, errors) in one transaction."""
+        owner = _check_owner(owner)
+        batch_id = v.check_id(batch_id, "batch id")
+
+        async def work(tx: Tx) -> bool:
+            r = await tx.fetchrow(f"SELECT {BATCH_COLS} FROM batches WHERE id = ? AND owner = ?", batch_id, owner)
+            if r is None:
+                return False
+            if r["status"] in BATCH_OPEN:
+                raise Conflict(f"batch {batch_id} is {r['status']}: it can be deleted once it has ended "
+                               "(cancel it first)")
+            for file_id in (r["input_file_id"], r["output_file_id"], r["error_file_id"]):
+                if file_id:
+                    await tx.execute("DELETE FROM file_chunks WHERE file_id = ?", file_id)
+                    await tx.execute("DELETE FROM files WHERE id = ? AND owner = ?", file_id, owner)
+            await tx.execute("DELETE FROM batch_results WHERE batch_id = ?", batch_id)
+            await tx.execute("DELETE FROM batches WHERE id = ?", batch_id)
+            return True
+
+        return await self._write(work)
+
     async def record_batch_results(self, batch_id: str, results: Sequence[BatchResult]) -> Batch:
         """Keep the results of lines done (a line done again replaces its result) and count them."""
         batch_id = v.check_id(batch_id, "batch id")

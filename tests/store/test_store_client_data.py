@@ -293,6 +293,21 @@ async def test_batch_cancel_and_list(store: Store, clock: FakeClock) -> None:
     assert failed.errors == [{"code": "x", "message": "y"}] and failed.failed_at == clock.now
 
 
+async def test_an_ended_batch_is_deleted_with_its_files(store: Store, clock: FakeClock) -> None:
+    batch = await new_batch(store, clock=clock)
+    with pytest.raises(Conflict, match="once it has ended"):
+        await store.delete_batch("prj-a", batch.id)
+    await store.record_batch_results(batch.id, [result(1, True), result(2, False)])
+    done = await store.finish_batch(batch.id, "completed")
+    assert not await store.delete_batch("prj-b", batch.id), "another owner's batch is not theirs to delete"
+    assert await store.delete_batch("prj-a", batch.id)
+    assert await store.get_batch(batch.id) is None
+    for file_id in (done.input_file_id, done.output_file_id, done.error_file_id):
+        assert await store.get_file("prj-a", file_id) is None
+    assert await store.storage_used("prj-a") == 0
+    assert not await store.delete_batch("prj-a", batch.id)
+
+
 async def test_a_persons_storage_counts_the_answers_of_their_personal_keys(store: Store, tree: Tree) -> None:
     """Files of a personal key are its person's; the answers it keeps are under the key: both count for the person."""
     import hashlib
