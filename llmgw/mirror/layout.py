@@ -118,6 +118,8 @@ def check_model_name(name: str) -> str:
     if name == WHEELS:
         raise LayoutError(f"model name {WHEELS!r} is the mirror's folder of Python wheels (its package index); "
                           "choose another")
+    if name == "metrics":
+        raise LayoutError("model name 'metrics' is the path of the mirror's Prometheus metrics; choose another")
     if not _MODEL_NAME.fullmatch(name or ""):
         raise LayoutError(
             f"model name {name!r}: use letters, digits, '.', '_', '+' and '-', "

@@ -38,6 +38,7 @@ from llmgw.mirror.registry import Registry
 from llmgw.mirror.safefetch import SafeFetcher
 from llmgw.mirror.wheel_index import add_wheel_index
 from llmgw.obs import logs
+from llmgw.obs.mirror_metrics import MirrorMetrics
 
 log = logs.get("llmgw.mirror")
 
@@ -128,13 +129,20 @@ def client_ssl_context(ca: str, cert: str = "", key: str = "") -> ssl.SSLContext
 # ---------------------------------------------------------------- files
 
 LAYOUT = web.AppKey("layout", Layout)
+METRICS = web.AppKey("mirror_metrics", MirrorMetrics)
 BASE_URL = web.AppKey("base_url", str)
 
 
-def build_file_app(layout: Layout, base_url: str = "") -> web.Application:
-    app = web.Application(client_max_size=1024, handler_args={"max_line_size": 8190, "max_field_size": 8190})
+def build_file_app(layout: Layout, base_url: str = "", metrics: MirrorMetrics | None = None) -> web.Application:
+    """The files listener; `/metrics` on it is the mirror's Prometheus metrics (a model cannot be called
+    `metrics`: check_model_name refuses it)."""
+    metrics = metrics if metrics is not None else MirrorMetrics()
+    app = web.Application(client_max_size=1024, handler_args={"max_line_size": 8190, "max_field_size": 8190},
+                          middlewares=[metrics.middleware()])
     app[LAYOUT] = layout
     app[BASE_URL] = base_url.rstrip("/")
+    app[METRICS] = metrics
+    app.router.add_get("/metrics", metrics.handler())
     add_wheel_index(app, layout.root)  # /simple/: a Python package index over wheels/ (wheel_index.py)
     app.router.add_get("/{path:.*}", handle_file_path)
     return app
@@ -252,6 +260,8 @@ async def send_file(request: web.Request, path: Path) -> web.StreamResponse:
                 break  # the file shrank under us; the client sees a short body
             await response.write(chunk)
             left -= len(chunk)
+            if METRICS in request.app:
+                request.app[METRICS].bytes_served.inc(len(chunk))
     await response.write_eof()
     return response
 
@@ -356,6 +366,7 @@ class ApiState:
     catalog_path: str = ""
     api_client: str = ""
     jobs: Jobs = attrs.Factory(Jobs)
+    metrics: MirrorMetrics = attrs.Factory(MirrorMetrics)
 
     def catalog(self) -> ops.Catalog:
         return ops.Catalog.load(self.catalog_path)  # read each time: edits count at once
@@ -447,7 +458,12 @@ async def api_add(request: web.Request) -> web.Response:
         raise ValueError("files: a list of file name patterns")
 
     async def work() -> dict[str, Any]:
-        result = await state.fetcher.add(source, patterns=files, name=name)
+        try:
+            result = await state.fetcher.add(source, patterns=files, name=name)
+        except Exception:
+            state.metrics.fetches.labels("failed").inc()
+            raise
+        state.metrics.fetches.labels("ok").inc()
         return {"model": result.model, "version": result.version, "fetched": result.fetched,
                 "already": result.already, "size": result.size}
 
@@ -471,7 +487,9 @@ async def api_verify(request: web.Request) -> web.Response:
     target = body.get("model") if isinstance(body, dict) else None
 
     async def work() -> list[dict[str, Any]]:
-        return [r.to_json() for r in await ops.verify(state.layout, target or None)]
+        results = await ops.verify(state.layout, target or None)
+        state.metrics.verify_failures.inc(sum(len(r.problems) for r in results))
+        return [r.to_json() for r in results]
 
     job = state.jobs.start("verify", target or "(all)", work)
     return web.json_response(attrs.asdict(job), status=202)
@@ -517,7 +535,8 @@ async def serve(options: ServeOptions, *, stop: asyncio.Event | None = None,
     async with SafeFetcher(allow_private=options.allow_private) as safe:
         try:
             host, port = parse_listen(options.listen)
-            runner = web.AppRunner(build_file_app(layout, options.base), access_log=None)
+            metrics = MirrorMetrics()
+            runner = web.AppRunner(build_file_app(layout, options.base, metrics), access_log=None)
             await runner.setup()
             runners.append(runner)
             await web.TCPSite(runner, host, port).start()
@@ -525,7 +544,8 @@ async def serve(options: ServeOptions, *, stop: asyncio.Event | None = None,
             if mode != "off":
                 registry = Registry(safe, options.registry or None)
                 state = ApiState(layout=layout, fetcher=MirrorFetcher(layout, safe, registry), registry=registry,
-                                 catalog_path=options.catalog, api_client=options.api_client if mode == "mtls" else "")
+                                 catalog_path=options.catalog, api_client=options.api_client if mode == "mtls" else "",
+                                 metrics=metrics)
                 context = (server_ssl_context(options.tls_cert, options.tls_key, options.tls_ca)
                            if mode in ("tls", "mtls") else None)
                 api_runner = web.AppRunner(build_api_app(state))

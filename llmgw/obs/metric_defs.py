@@ -212,7 +212,8 @@ METRICS: tuple[MetricDef, ...] = tuple([
            ("llmgw_mirror_fetches_total", "counter",
             "Models fetched into the mirror from their registry, by result (ok, failed).", ("result",)),
            ("llmgw_mirror_verify_failures_total", "counter",
-            "Files whose sha256 did not match their sidecar when verified.", ())),
+            "Problems verifying found in the mirror's files: missing, the wrong size, or a sha256 not matching "
+            "the sidecar's.", ())),
 ])
 
 _BY_NAME = {m.name: m for m in METRICS}
