@@ -148,6 +148,18 @@ BODIES: dict[str, st.SearchStrategy] = {
                          "endpoint": st.sampled_from(["/v1/chat/completions", "/v1/embeddings", "/v1/x"]) | text,
                          "completion_window": st.sampled_from(["24h", "1h", "0h", "-1h"]) | text},
                         metadata=metadata),
+    "/v1/rerank": body({"model": st.sampled_from(["rr", "rr", "m"]) | text, "query": any_text,
+                        "documents": st.lists(st.one_of(any_text, optional(text=any_text)), max_size=4)},
+                       top_n=st.integers(-1, 10 ** 6), return_documents=st.booleans(), user=any_text),
+    "/v1/score": body({"model": st.sampled_from(["rr", "rr", "m"]) | text,
+                       "text_1": st.one_of(any_text, st.lists(any_text, max_size=3)),
+                       "text_2": st.one_of(any_text, st.lists(any_text, max_size=3))}),
+    "/v1/moderations": body({"input": st.one_of(any_text, st.lists(any_text, max_size=3), content_parts)},
+                            model=st.sampled_from(["judge", "omni-moderation-latest", "m"]) | text),
+    "/v1/messages/batches": body({"requests": st.lists(optional(
+        custom_id=st.sampled_from(["a", "b", "a-1"]) | text,
+        params=body({"model": model_names, "max_tokens": st.integers(-5, 2 ** 40), "messages": anthropic_messages},
+                    temperature=numbers)), max_size=3)}),
 }
 #: A body each endpoint answers 200 to (tried first in every run, so each run shows the path works end to end).
 ANSWERED: dict[str, dict] = {
@@ -158,9 +170,15 @@ ANSWERED: dict[str, dict] = {
     "/v1/messages": {"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}],
                      "metadata": {"user_id": "ann"}},
     "/v1/messages/count_tokens": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/rerank": {"model": "rr", "query": "hi", "documents": ["hi there", "bye"]},
+    "/v1/score": {"model": "rr", "text_1": "hi", "text_2": ["hi there", "bye"]},
+    "/v1/moderations": {"input": ["hi", "there"]},
+    "/v1/messages/batches": {"requests": [{"custom_id": "a", "params": {
+        "model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}}]},
 }
 #: The endpoints that run through the pipeline: each answer to one is a usage row.
-METERED = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
+METERED = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages",
+           "/v1/rerank", "/v1/score", "/v1/moderations", "/v1/audio/transcriptions", "/v1/audio/translations")
 
 header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xff, exclude_characters="\x7f"),
                       max_size=40).map(str.lstrip)  # what requests will send: no leading white space
@@ -188,6 +206,25 @@ encodings = st.sampled_from(["escaped"] * 8 + ["raw", "cut"])
 
 # ---------------------------------------------------------------- the gateway
 
+async def _start_judge() -> tuple[web.AppRunner, str]:
+    """A judge engine (no guard model runs here) that finds everything safe, as a JSON judge answers."""
+
+    async def verdict(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"object": "chat.completion", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": '{"safe": true}'}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 4, "total_tokens": 34}})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", verdict)
+    app.router.add_get("/v1/models", lambda r: web.json_response({"object": "list", "data": []}))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
 @attrs.define
 class FuzzedGateway:
     """A gateway on a loop of its own: `url`, `call(coro)` to run on that loop, `usage_ids()` after `flush()`."""
@@ -208,11 +245,16 @@ class FuzzedGateway:
 
     async def _start(self, tmp_path) -> None:
         engine = await start(SimOptions(**{**FAST, "models": ["m"]}), shutdown_timeout=0.5)
+        reranker = await start(SimOptions(**{**FAST, "models": ["rr"], "task": "score"}), shutdown_timeout=0.5)
+        judge = await _start_judge()
         store = await open_store(f"sqlite:///{tmp_path}/fuzz.db")
         org = await store.create_org("acme")
         project = await store.create_project(org.id, "a")
         config = parse_server_config({
-            "models": [{"name": "m", "endpoints": [{"url": engine.url + "/v1"}]}],
+            "models": [{"name": "m", "endpoints": [{"url": engine.url + "/v1"}]},
+                       {"name": "rr", "endpoints": [{"url": reranker.url + "/v1"}]},
+                       {"name": "judge", "role": "guard", "guard": {"format": "json"},
+                        "endpoints": [{"url": judge[1] + "/v1"}]}],
             "store": {"dsn": "/nonexistent/llmgw.db"}, "auth": {"keys_required": True},
             "router": {"scrape_interval": "100ms"},
         })
@@ -227,7 +269,8 @@ class FuzzedGateway:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        self._parts.update(engine=engine, store=store, accountant=accountant, runner=runner, project=project)
+        self._parts.update(engine=engine, store=store, accountant=accountant, runner=runner, project=project,
+                           reranker=reranker, judge=judge[0])
 
     @property
     def store(self):
@@ -239,7 +282,8 @@ class FuzzedGateway:
 
     def usage_ids(self) -> set[str]:
         rows = self.call(self.store.list_usage(limit=10_000))
-        return {r.request_id for r in rows}
+        # a batch's lines are the worker's requests, not answers to the fuzzer's
+        return {r.request_id for r in rows if not any(t.startswith("batch=") for t in r.tags or ())}
 
     def close(self) -> None:
         async def stop():
@@ -247,6 +291,8 @@ class FuzzedGateway:
             await self._parts["accountant"].stop()
             await self._parts["store"].close()
             await self._parts["engine"].close()
+            await self._parts["reranker"].close()
+            await self._parts["judge"].cleanup()
 
         try:
             self.call(stop())

@@ -131,12 +131,15 @@ for _path in f.BODIES:
 # ---------------------------------------------------------------- files, models, lookups by id
 
 ids = st.one_of(st.sampled_from(["file-0", "resp_0", "batch_0", "", ".", "..", "%2e%2e"]), f.text)
-queries = st.dictionaries(st.sampled_from(["purpose", "limit", "after", "order", "x"]),
+queries = st.dictionaries(st.sampled_from(["purpose", "limit", "after", "order", "x", "after_id", "before_id"]),
                           st.one_of(f.header_text, st.integers(-10, 10 ** 20).map(str)), max_size=3)
 lookups = st.sampled_from([
     ("GET", "/v1/models"), ("GET", "/v1/files"), ("GET", "/v1/files/{}"), ("GET", "/v1/files/{}/content"),
     ("DELETE", "/v1/files/{}"), ("GET", "/v1/responses/{}"), ("DELETE", "/v1/responses/{}"),
     ("GET", "/v1/batches"), ("GET", "/v1/batches/{}"), ("POST", "/v1/batches/{}/cancel"), ("GET", "/v1/me"),
+    ("GET", "/v1/models/{}"), ("GET", "/v1/responses/{}/input_items"), ("GET", "/v1/messages/batches"),
+    ("GET", "/v1/messages/batches/{}"), ("POST", "/v1/messages/batches/{}/cancel"),
+    ("GET", "/v1/messages/batches/{}/results"), ("DELETE", "/v1/messages/batches/{}"),
 ])
 
 
@@ -192,6 +195,39 @@ def fuzz_uploads(examples: int):
 
 test_fuzz_file_uploads = fuzz_uploads(FAST_EXAMPLES)
 test_fuzz_file_uploads_many = pytest.mark.slow(fuzz_uploads(SLOW_EXAMPLES))
+
+
+audio_forms = st.fixed_dictionaries({
+    "content": st.binary(max_size=2048),
+    "filename": f.text,
+}, optional={"model": st.sampled_from(["m", "m", "rr"]) | f.text, "language": f.text, "prompt": f.any_text,
+             "response_format": st.sampled_from(["json", "text", "srt", "x"]) | f.text,
+             "temperature": st.one_of(st.floats(-2, 3).map(str), f.text), "stream": st.sampled_from(["true", "no"])})
+
+
+def fuzz_audio(examples: int):
+    @bounded(examples)
+    @given(form=audio_forms, path=st.sampled_from(["/v1/audio/transcriptions", "/v1/audio/translations"]),
+           headers=f.headers)
+    def run(client, answers, form, path, headers):
+        fields = {k: (None, v.encode("utf-8", "surrogatepass")) for k, v in form.items()
+                  if k not in ("filename", "content")}
+        filename = form["filename"].encode("utf-8", "replace").decode("utf-8")
+        headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+        response = client.post(path, files={**fields, "file": (filename, form["content"])},
+                               headers=auth(headers, False))
+        answers.saw(path, response, form)
+
+    def test(fuzzed, client):
+        answers = Answers(fuzzed)
+        run(client, answers)
+        answers.rows_match()
+
+    return test
+
+
+test_fuzz_audio_uploads = fuzz_audio(FAST_EXAMPLES)
+test_fuzz_audio_uploads_many = pytest.mark.slow(fuzz_audio(SLOW_EXAMPLES))
 
 
 def test_a_lone_surrogate_in_user_or_metadata_user_id_is_a_400_naming_the_field(fuzzed, client):
