@@ -96,6 +96,14 @@ GATEWAY = AlertGroup("llmgw-gateway", "What the callers of the client API feel: 
               "requests that wait past their band's limit are refused with 503."),
     ),
     Alert(
+        "PoolSaturated", "llmgw_pool_saturation > 1", "warning", "15m",
+        "{{ $labels.model }}'s replicas have {{ $value | humanize }} times the requests they take at once",
+        _join("Requests at the model's replicas and waiting for them are more than the replicas take at once,",
+              "so some queue (QueueWaitLong says how long). More replicas (`llmgw ctl model scale`) or a",
+              "higher concurrency where the engine has room; `llmgw ctl explain-placement` says whether the",
+              "cluster has room for another."),
+    ),
+    Alert(
         "GatewayFaults", "sum by (route) (increase(llmgw_http_errors_total[10m])) > 0", "warning", "0m",
         "The gateway failed {{ $value }} requests on {{ $labels.route }} with its own fault",
         _join("A status 500 is a fault of llmgw, not of the caller or the engine. Each one is logged with its",
@@ -249,7 +257,204 @@ GUARD = AlertGroup("llmgw-guard", "The guardrails and their judge models.", (
     ),
 ))
 
-GROUPS: tuple[AlertGroup, ...] = (AVAILABILITY, GATEWAY, ACCOUNTING, TENANTS, GUARD)
+CONTROL = AlertGroup("llmgw-control", "The control plane: leadership, nodes, placement and replicas starting.", (
+    Alert(
+        "NoLeader", "max(llmgw_leader) == 0", "critical", "1m",
+        "No control plane leads the cluster",
+        _join("Nothing schedules: replicas that stop are not replaced, nodes are not taken in, models added",
+              "are not placed. Clients are still served by what runs. Leadership is a lease in the store: a",
+              "store that does not answer (StoreWritesFailing) is the usual cause; the control planes' logs",
+              "say why their renewals fail."),
+    ),
+    Alert(
+        "LeaseRenewalsFailing", "increase(llmgw_lease_renewal_failures_total[5m]) > 2", "warning", "0m",
+        "{{ $labels.instance }} failed {{ $value | humanize }} leadership lease renewals in five minutes",
+        _join("A leader that cannot renew its lease gives leadership up when it lapses, and a standby takes",
+              "over. Check the store from that control plane (`llmgw doctor`) and its clock."),
+    ),
+    Alert(
+        "NodeLost", 'llmgw_nodes{state="lost"} > 0', "warning", "1m",
+        "{{ $value }} node(s) are lost",
+        _join("The leader has not heard from their agents past the heartbeat window; their replicas are",
+              "placed elsewhere where there is room. `llmgw ctl nodes` names them; on the machine,",
+              "`systemctl status llmgw-agent` and `llmgw doctor`. A node that is gone for good:",
+              "`llmgw ctl node remove NODE`."),
+    ),
+    Alert(
+        "ModelParked", "llmgw_model_parked == 1", "critical", "0m",
+        "{{ $labels.model }} is parked after failing to start again and again",
+        _join("The control plane stopped trying to place it, so it is not served. `llmgw ctl",
+              "explain-placement {{ $labels.model }}` says what failed and `llmgw ctl node logs NODE` shows",
+              "the engine's output; once fixed, `llmgw ctl model retry {{ $labels.model }}` starts it again."),
+    ),
+    Alert(
+        "PlacementFailing", "sum by (model, reason) (increase(llmgw_placement_failures_total[15m])) > 0",
+        "warning", "15m",
+        "{{ $labels.model }} wants a replica that finds no room ({{ $labels.reason }})",
+        _join("For fifteen minutes placement found no node for a replica the model wants. no_nodes: no node is",
+              "ready; quota: a capacity quota is full (`llmgw ctl quotas`); fabric or no_fit: no node or",
+              "fabric has the room. `llmgw ctl explain-placement {{ $labels.model }}` says node by node why."),
+    ),
+    Alert(
+        "ReplicaStartsFailing", "sum by (model) (increase(llmgw_replica_start_failures_total[30m])) > 3",
+        "warning", "0m",
+        "{{ $labels.model }} failed to start {{ $value | humanize }} replicas in half an hour",
+        _join("Its engine exits or never becomes ready. `llmgw ctl node logs NODE` prints the engine's log on",
+              "the node; a model failing every start is parked (ModelParked)."),
+    ),
+    Alert(
+        "ReconcileSlow",
+        "histogram_quantile(0.95, sum by (instance, le) (rate(llmgw_reconcile_duration_seconds_bucket[10m]))) > 2",
+        "warning", "10m",
+        "A reconciler pass on {{ $labels.instance }} takes {{ $value | humanizeDuration }} at p95",
+        _join("Every change to what runs waits for the next pass, so replicas are replaced late. A slow store",
+              "(StoreSlow) is the usual cause; the control plane's log times each pass."),
+    ),
+))
+
+NODES = AlertGroup("llmgw-nodes", "The nodes' machines and their engines.", (
+    Alert(
+        "EnginesExiting", "increase(llmgw_node_engine_exits_total[30m]) > 3", "warning", "0m",
+        "Engines on {{ $labels.node }} exited {{ $value | humanize }} times in half an hour",
+        _join("Engines there stop without being asked: out of memory, a card failing, a bad argument. Each is",
+              "started again by the control plane. `llmgw ctl node logs {{ $labels.node }}` shows why; if it",
+              "is the machine, `llmgw ctl drain {{ $labels.node }}`."),
+    ),
+    Alert(
+        "NodeDiskFilling", "llmgw_node_disk_free_bytes / llmgw_node_disk_total_bytes < 0.1", "warning", "10m",
+        "{{ $labels.node }}: {{ $labels.path }} has {{ $value | humanizePercentage }} free",
+        _join("Weights no longer fit and engines fail to write. Remove weights no model uses, or give the",
+              "disk more room; `llmgw doctor` on the node shows what takes it."),
+    ),
+    Alert(
+        "NodeMemoryLow", "llmgw_node_memory_available_bytes / llmgw_node_memory_total_bytes < 0.05",
+        "warning", "10m",
+        "{{ $labels.node }} has {{ $value | humanizePercentage }} of its memory available",
+        _join("The kernel will soon stop a process to free memory, most likely an engine. Fewer replicas on",
+              "the node, or ones that load less into host memory."),
+    ),
+))
+
+GPUS = AlertGroup("llmgw-gpus", "The cards, as the agents read them (NVML, nvidia-smi, the kernel log).", (
+    Alert(
+        "GPUThermalThrottling", 'llmgw_gpu_throttled{reason=~"sw_thermal|hw_thermal|hw_slowdown"} == 1',
+        "warning", "10m",
+        "{{ $labels.node }} GPU {{ $labels.gpu }} is slowed by heat ({{ $labels.reason }})",
+        _join("Ten minutes held back by temperature: every replica on the card is slower than it should be.",
+              "Usually airflow, a fan or the room; look at the card's temperature over time."),
+    ),
+    Alert(
+        "GPUHot", "llmgw_gpu_temperature_celsius > 87", "warning", "10m",
+        "{{ $labels.node }} GPU {{ $labels.gpu }} at {{ $value }} °C",
+        _join("Ten minutes above 87 °C, where most data-centre cards begin to slow down. Check the",
+              "machine's fans and air before it throttles (GPUThermalThrottling)."),
+    ),
+    Alert(
+        "GPUUncorrectedECCErrors", "llmgw_gpu_ecc_errors > 0", "critical", "1m",
+        "{{ $labels.node }} GPU {{ $labels.gpu }} has {{ $value }} uncorrected ECC errors",
+        _join("Uncorrected memory errors since the driver loaded: what runs on the card may compute on bad",
+              "memory. Drain the node (`llmgw ctl drain {{ $labels.node }}`) and have the card looked at."),
+    ),
+    Alert(
+        "GPUXidError", "llmgw_gpu_xid_errors > 0", "warning", "0m",
+        "{{ $labels.node }} GPU {{ $labels.gpu }} logged an XID error",
+        _join("The driver reported an error on the card in the last 15 minutes; llmgw_gpu_last_xid has its",
+              "code. 79 is a card fallen off the bus, 48, 63, 64, 94 and 95 are memory errors: those need",
+              "the card looked at (drain the node). Others are often an engine's own fault, and pass."),
+    ),
+    Alert(
+        "GPUOutOfSpareRows", "llmgw_gpu_remap_failure == 1", "critical", "1m",
+        "{{ $labels.node }} GPU {{ $labels.gpu }} has no spare memory rows left",
+        _join("The card cannot remap another failing row of memory. Drain the node (`llmgw ctl drain",
+              "{{ $labels.node }}`) and have the card replaced."),
+    ),
+    Alert(
+        "GPUNeedsReset", "llmgw_gpu_remap_pending == 1 or llmgw_gpu_retirement_pending == 1", "warning", "5m",
+        "{{ $labels.node }} GPU {{ $labels.gpu }} has memory repairs waiting for a reset",
+        _join("Rows remapped or pages retired take effect only once the card is reset. Drain the node",
+              "(`llmgw ctl drain {{ $labels.node }}`), reset the card or reboot, and `llmgw ctl uncordon` it."),
+    ),
+    Alert(
+        "GPUPCIeRetriesClimbing", "increase(llmgw_gpu_pcie_replays_total[1h]) > 100", "warning", "0m",
+        "{{ $labels.node }} GPU {{ $labels.gpu }}: {{ $value | humanize }} PCIe retries in an hour",
+        _join("The card's link to the host is retrying transfers, which slows loading and serving. A riser,",
+              "the slot or a cable is the usual cause."),
+    ),
+    Alert(
+        "GPUFailed", 'llmgw_gpu_health{health="failed"} == 1', "critical", "1m",
+        "{{ $labels.node }} GPU {{ $labels.gpu }} has failed",
+        _join("The agent reads the card as failed; placement keeps replicas off it and those on it stop.",
+              "The other alerts on the card say why. Drain the node and have the card looked at."),
+    ),
+))
+
+STORE = AlertGroup("llmgw-store", "The store: its queries, and its standbys when it is replicated PostgreSQL.", (
+    Alert(
+        "StoreSlow",
+        "histogram_quantile(0.95, sum by (instance, le) (rate(llmgw_store_query_duration_seconds_bucket[5m]))) > 0.5",
+        "warning", "10m",
+        "Store queries from {{ $labels.instance }} take {{ $value | humanizeDuration }} at p95",
+        _join("Admin changes, leadership renewals and usage writes all wait on it. A busy or distant",
+              "database, a full pool, or a disk that is slow to sync; the database's own monitoring says which."),
+    ),
+    Alert(
+        "StoreQueryErrors", "sum by (instance, kind) (increase(llmgw_store_query_errors_total[10m])) > 10",
+        "warning", "0m",
+        "{{ $value | humanize }} store {{ $labels.kind }} queries from {{ $labels.instance }} failed in ten minutes",
+        _join("The database refuses or drops queries. `llmgw doctor` on the control plane checks the store;",
+              "its log names the error."),
+    ),
+    Alert(
+        "StoreHasNoPrimary",
+        'count(max_over_time(llmgw_store_member{role="leader"}[1h])) unless count(llmgw_store_member{role="leader"})',
+        "critical", "1m",
+        "The replicated store has no primary",
+        _join("Every write fails: keys, usage, budgets, leadership. Patroni promotes a standby within its",
+              "TTL; a minute without one means it cannot (etcd has lost its majority, or no standby is fit).",
+              "`patronictl -c /etc/patroni/config.yml list` on a member says which."),
+    ),
+    Alert(
+        "StoreStandbyNotStreaming", 'llmgw_store_member{role!="leader", state!="streaming"} == 1',
+        "warning", "5m",
+        "Store member {{ $labels.member }} is {{ $labels.state }}, not streaming from the primary",
+        _join("A standby that does not stream is no standby: if the primary is lost now, there is nothing to",
+              "promote. Its PostgreSQL log says why it fell behind or stopped."),
+    ),
+    Alert(
+        "StoreStandbyBehind", "llmgw_store_replica_lag_bytes > 64 * 1024 * 1024", "warning", "10m",
+        "Store member {{ $labels.member }} is {{ $value | humanize1024 }}B behind the primary",
+        _join("Patroni does not promote a standby far behind, so a failover now would find none fit. A slow",
+              "disk or network on the standby, or a write load it cannot keep up with."),
+    ),
+))
+
+MIRROR = AlertGroup("llmgw-mirror", "The mirror that keeps and serves model files.", (
+    Alert(
+        "MirrorVerifyFailures", "increase(llmgw_mirror_verify_failures_total[1h]) > 0", "critical", "0m",
+        "{{ $value | humanize }} model files on {{ $labels.instance }} do not match their checksums",
+        _join("A file changed on disk or was written short: nodes fetching it would refuse it. `llmgw mirror",
+              "verify` names the files; fetch the model again into the mirror."),
+    ),
+    Alert(
+        "MirrorFetchesFailing", 'increase(llmgw_mirror_fetches_total{result="failed"}[1h]) > 0', "warning", "0m",
+        "The mirror on {{ $labels.instance }} failed to fetch {{ $value | humanize }} models in an hour",
+        _join("Models being added cannot be placed until their files are there. The mirror's log says why:",
+              "the registry unreachable, a token missing, the disk full."),
+    ),
+    Alert(
+        "MirrorServingErrors",
+        _join('sum by (instance) (rate(llmgw_mirror_file_requests_total{status=~"5.."}[10m]))',
+              "/ sum by (instance) (rate(llmgw_mirror_file_requests_total[10m])) > 0.05"),
+        "warning", "10m",
+        "{{ $value | humanizePercentage }} of file requests to the mirror on {{ $labels.instance }} fail",
+        _join("Nodes cannot download weights, so replicas do not start. The mirror's log says why; a full or",
+              "failing disk is the usual cause."),
+    ),
+))
+
+GROUPS: tuple[AlertGroup, ...] = (
+    AVAILABILITY, GATEWAY, ACCOUNTING, TENANTS, GUARD, CONTROL, NODES, GPUS, STORE, MIRROR,
+)
 
 
 def all_alerts() -> list[Alert]:
