@@ -46,6 +46,7 @@ __all__ = [
     "Capabilities",
     "JudgeSpec",
     "GuardMode",
+    "TracingConfig",
 ]
 
 ModelClass = Literal["critical", "standard", "opportunistic"]
@@ -638,6 +639,25 @@ class BackupConfig:
 
 
 @attrs.frozen
+class TracingConfig:
+    """OpenTelemetry traces of client requests, sent over OTLP/HTTP; off while endpoint is empty."""
+
+    endpoint: str = setting(
+        "", doc=("The collector's OTLP/HTTP address, like http://collector:4318 (/v1/traces is added when "
+                 "no path is given); empty traces nothing and costs nothing.")
+    )
+    sample_ratio: float = setting(
+        1.0, doc=("Share of new traces kept, from 0 to 1; a request that arrives with a traceparent "
+                  "follows its caller's choice.")
+    )
+    service_name: str = setting("llmgw", doc="The service.name the spans carry.")
+    headers: dict[str, Secret] = setting(
+        factory=dict, doc="Headers sent with every export, like a collector's key; each value may be env:NAME or file:/path."
+    )
+    timeout: Duration = setting(Duration(seconds=10), doc="Longest one export to the collector may take.")
+
+
+@attrs.frozen
 class ServerConfig:
     """server.yaml: one control plane's listeners, certificates and store, and the cluster's settings."""
 
@@ -681,6 +701,7 @@ class ServerConfig:
     )
     notify: NotifyConfig = section(NotifyConfig, doc="Where events that need a person are sent.")
     prices: PricesConfig = section(PricesConfig, doc="What usage costs, for budgets and reports.")
+    tracing: TracingConfig = section(TracingConfig, doc="Traces of client requests, sent to an OpenTelemetry collector.")
     models: list[ModelConfig] = setting(factory=list, doc="The models this file declares.")
 
     def model(self, name: str) -> ModelConfig | None:

@@ -171,6 +171,7 @@ def check_server(config: ServerConfig) -> list[Problem]:
     problems += _guard(config.guard)
     problems += _guard_judges(config)
     problems += _notify(config.notify)
+    problems += _tracing(config)
     if not config.prices.currency.strip():
         problems.append(Problem(("prices", "currency"), "empty; give a currency like USD or EUR"))
     problems += _models(config.models)
@@ -463,6 +464,19 @@ def _notify(notify: NotifyConfig) -> list[Problem]:
                 problems.append(
                     Problem((*path, "events", e_index), _not_one_of(event, list(NOTIFY_EVENTS), "event"))
                 )
+    return problems
+
+
+def _tracing(config: ServerConfig) -> list[Problem]:
+    tracing = config.tracing
+    problems = []
+    if tracing.endpoint:
+        problems += _url(("tracing", "endpoint"), tracing.endpoint, "the collector's OTLP/HTTP address")
+    if not 0.0 <= tracing.sample_ratio <= 1.0:
+        problems.append(Problem(("tracing", "sample_ratio"),
+                                f"must be from 0 to 1 (the share of traces kept), got {tracing.sample_ratio:g}"))
+    if not tracing.service_name.strip():
+        problems.append(Problem(("tracing", "service_name"), "empty; give the name spans are filed under, like llmgw"))
     return problems
 
 

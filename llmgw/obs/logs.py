@@ -10,6 +10,7 @@ by `[redacted]`, wherever the call came from.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import json
 import logging
 import os
@@ -54,9 +55,22 @@ def redact_text(text: str) -> str:
     return _KEY_LIKE.sub(lambda m: (m.group(1) or m.group(2)) + "-[redacted]", text)
 
 
+#: The client request a line is written for (the client API sets it for each request's time), and its
+#: trace when tracing is on: every line of that request carries them, whoever writes it.
+REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("llmgw_request_id", default=None)
+TRACE_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("llmgw_trace_id", default=None)
+
+
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
     fields = getattr(record, "fields", None) or {}
-    return {k: redact_field(k, v) for k, v in fields.items()}
+    out = {k: redact_field(k, v) for k, v in fields.items()}
+    request_id = REQUEST_ID.get()
+    if request_id is not None:
+        out.setdefault("request_id", request_id)
+        trace_id = TRACE_ID.get()
+        if trace_id is not None:
+            out.setdefault("trace_id", trace_id)
+    return out
 
 
 def _timestamp(record: logging.LogRecord) -> str:

@@ -24,7 +24,7 @@ from llmgw.router import handlers_models as models
 from llmgw.router import handlers_responses as responses
 from llmgw.router import responses_items
 from llmgw.router.errors import GatewayError
-from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, Gateway
+from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, REQUEST_TRACE, Gateway
 from llmgw.router.pipeline import new_request_id
 
 log = logs.get("llmgw.router")
@@ -45,6 +45,7 @@ async def request_ids_and_errors(request: web.Request, handler) -> web.StreamRes
     client_id = client_request_id(request)
     if client_id:
         request[CLIENT_REQUEST_ID] = client_id
+    logged_as = logs.REQUEST_ID.set(request[REQUEST_ID])  # every log line of this request names it
     try:
         return await handler(request)
     except GatewayError as exc:
@@ -62,6 +63,8 @@ async def request_ids_and_errors(request: web.Request, handler) -> web.StreamRes
         return GatewayError(500, "internal_error",
                             f"the gateway failed on this request; quote request id {request[REQUEST_ID]}",
                             type="server_error").response()
+    finally:
+        logs.REQUEST_ID.reset(logged_as)
 
 
 def _route_of(request: web.Request) -> str:
@@ -80,8 +83,11 @@ async def _stamp_ids(request: web.Request, response: web.StreamResponse) -> None
 
 
 def make_router_app(gateway: Gateway) -> web.Application:
+    middlewares = [request_ids_and_errors]
+    if gateway.tracing is not None:  # tracing: a root span per request, inside the request id
+        middlewares.append(gateway.tracing.middleware(REQUEST_TRACE, REQUEST_ID))
     app = web.Application(
-        middlewares=[request_ids_and_errors],
+        middlewares=middlewares,
         # The pipeline checks the size itself, with our error; aiohttp's own limit is one byte more.
         client_max_size=int(gateway.config.router.max_body_bytes) + 1,
     )

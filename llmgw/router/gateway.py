@@ -51,6 +51,9 @@ class Gateway:
         #: None on a gateway without one: models then only come from server.yaml's endpoints
         self.control = None
         self.guard = None  # guard: a llmgw.guard.gateway.GuardLayer, set by the server (None: nothing checked)
+        #: tracing: a llmgw.obs.tracing.Tracing when server.yaml sets tracing.endpoint, set by the server
+        #: before the app is built; None traces nothing (the SDK is not even imported)
+        self.tracing = None
         #: model -> (context tokens or 0, monotonic expiry), as its engines say (llmgw.router.fit)
         self.context_lengths: dict[str, tuple[int, float]] = {}
         metrics.bind(queue_depths=self.admission.depths, replicas=lambda: list(replicas))
@@ -115,7 +118,9 @@ GATEWAY = web.AppKey("gateway", Gateway)
 #: The gateway's own id of a request (the usage row's), and the client's own when it sent a sane one.
 REQUEST_ID = web.RequestKey("request_id", str)
 CLIENT_REQUEST_ID = web.RequestKey("client_request_id", str)
+#: The request's llmgw.obs.tracing.RequestTrace, when the gateway traces (absent otherwise).
+REQUEST_TRACE = web.RequestKey("request_trace", object)
 #: The principal of a request the gateway makes itself (llmgw.router.batch_worker); no client can set it.
 INTERNAL_PRINCIPAL = web.RequestKey("internal_principal", Principal)
 
-__all__ = ["CLIENT_REQUEST_ID", "GATEWAY", "INTERNAL_PRINCIPAL", "REQUEST_ID", "Gateway"]
+__all__ = ["CLIENT_REQUEST_ID", "GATEWAY", "INTERNAL_PRINCIPAL", "REQUEST_ID", "REQUEST_TRACE", "Gateway"]

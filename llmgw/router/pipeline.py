@@ -12,6 +12,7 @@ recorded like a request that was served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import secrets
@@ -42,7 +43,7 @@ from llmgw.router.errors import (
     dumps,
 )
 from llmgw.router.fit import fit_max_tokens, project_is_strict
-from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, Gateway
+from llmgw.router.gateway import CLIENT_REQUEST_ID, GATEWAY, REQUEST_ID, REQUEST_TRACE, Gateway
 from llmgw.router.ratelimit_headers import rate_headers
 from llmgw.router.proxy import UpstreamFailure, first_events, read_whole, relay_stream
 from llmgw.router.sse import SSERelay, find_usage
@@ -98,6 +99,16 @@ class Call:
     dialect: Dialect | None = None  # another API's request (Anthropic, Responses) run as a chat completion
     hooks: list[Any] = attrs.Factory(list)  # client data: what sees the answer (a thread's, the cache's)
     headers: dict[str, str] = attrs.Factory(dict)  # client data: x-llmgw-thread-trimmed, x-llmgw-cache
+    trace: Any = None  # tracing: the request's llmgw.obs.tracing.RequestTrace; None when not traced
+
+
+#: tracing: what a stage opens when its request is not traced: no span, nothing made.
+_NO_SPAN = contextlib.nullcontext()
+
+
+def _span(call: Call, name: str):
+    """tracing: a stage's span (`with _span(call, "auth"):`) when the request is traced."""
+    return _NO_SPAN if call.trace is None else call.trace.span(name)
 
 
 def new_request_id() -> str:
@@ -109,10 +120,13 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
     `dialect`, one of another API that it translates to a chat completion and back."""
     gw = request.app[GATEWAY]
     call = Call(request_id=request.get(REQUEST_ID) or new_request_id(), kind=kind, path=path, dialect=dialect)
+    call.trace = request.get(REQUEST_TRACE)
+    logged_as = logs.REQUEST_ID.set(call.request_id)  # a batch's lines too: every log line names its request
     reservation: Reservation | None = None
     grants: list[Grant] = []
     try:
-        call.principal = await gw.authenticate(request)
+        with _span(call, "auth"):
+            call.principal = await gw.authenticate(request)
         reader = getattr(dialect, "read_body", None)  # a form upload (audio), not a JSON body
         if reader is not None:
             body_bytes, body = await reader(request, gw)
@@ -138,12 +152,14 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
         # max_tokens lowered to what the context leaves, before the budget holds on it (llmgw.router.fit)
         body_bytes, body = await fit_max_tokens(gw, call, model, body_bytes, body,
                                                 lambda: project_is_strict(request, principal))
-        reservation, model = await _admit(gw, call, principal, model, body_bytes, body)
+        with _span(call, "limits"):
+            reservation, model = await _admit(gw, call, principal, model, body_bytes, body)
         call.headers.update(_rate_headers(gw, call))  # what is left of the key's limits, this request counted
         # guard: the input checked after the limits and before admission; a refusal costs nothing
         if gw.guard is not None and (guard := gw.guard.begin(principal, model, call.kind)) is not None:
             call.guard = guard
-            body = await guard.check_input(body)
+            with _span(call, "guard input"):
+                body = await guard.check_input(body)
             if guard.changed:
                 body_bytes = dumps(body)
                 for hook in call.hooks:  # guard: a thread keeps the turn as checked, never a redacted value
@@ -153,7 +169,8 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
         if (hit := await answer_cache.lookup(gw, call, request, body)) is not None:
             return hit
         call.band = gw.band_for(request, principal)
-        grant, served = await _acquire(gw, call, principal, model, body, request)
+        with _span(call, "admission"):
+            grant, served = await _acquire(gw, call, principal, model, body, request)
         grants.append(grant)
         call.model_served = served
         call.queue_s = grant.waited
@@ -185,7 +202,13 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
         for grant in grants:
             gw.admission.release(grant)
         await end_hooks(call)  # client data: the turn or the answer kept, a thread's lock let go
-        await _finish(gw, call, reservation)
+        try:
+            with _span(call, "accounting"):
+                await _finish(gw, call, reservation)
+        finally:
+            if call.trace is not None:
+                call.trace.finish(call)
+            logs.REQUEST_ID.reset(logged_as)
 
 
 # ---------------------------------------------------------------- reading the request
@@ -345,12 +368,21 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
         if relay is not None and call.dialect is not None:
             relay = call.dialect.relay(relay)  # outermost: it writes the client's API's events
         first = b""
+        engine_span = None  # tracing: this attempt's span, its context sent to the engine as traceparent
+        if call.trace is not None:
+            engine_span = call.trace.engine(replica_id=replica.id, url=replica.base_url, model=engine_model,
+                                            attempt=attempt + 1)
         try:
             resp = await gw.upstream.open(replica, call.path, encoded[engine_model], request_id=call.request_id,
-                                          stream=call.stream, deadline=deadline, content_type=content_type)
+                                          stream=call.stream, deadline=deadline, content_type=content_type,
+                                          trace=None if engine_span is None else call.trace.headers(engine_span))
             if relay is not None and resp.status == 200:
                 first = await first_events(resp, relay, gw.timeouts, sent_at, deadline, replica)
+            if engine_span is not None:
+                engine_span.add_event("first byte")
         except UpstreamFailure as failure:
+            if engine_span is not None:
+                call.trace.engine_done(engine_span, status=failure.status, error=failure)
             if failure.counts:
                 replica.failed(failure.code)
             logs.event(log, "engine failed", logging.WARNING, request_id=call.request_id, replica_id=replica.id,
@@ -367,18 +399,31 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
             gw.admission.release(grant)
             grant = again
             continue
-        return await _answer(gw, call, request, resp, relay, first, deadline)
+        except BaseException as exc:
+            if engine_span is not None:
+                call.trace.engine_done(engine_span, error=exc)
+            raise
+        if engine_span is None:
+            return await _answer(gw, call, request, resp, relay, first, deadline)
+        try:
+            response = await _answer(gw, call, request, resp, relay, first, deadline, engine_span)
+        except BaseException as exc:
+            call.trace.engine_done(engine_span, status=resp.status, error=exc)
+            raise
+        call.trace.engine_done(engine_span, status=resp.status, code=call.code if call.outcome == ERROR else None)
+        return response
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def _answer(gw: Gateway, call: Call, request: web.Request, resp, relay: Any, first: bytes,
-                  deadline: float | None) -> web.StreamResponse:
+                  deadline: float | None, engine_span: Any = None) -> web.StreamResponse:
     replica = gw.replicas.get(call.replica)
     headers = _answer_headers(call)
     if relay is not None and resp.status == 200:
         if replica is not None:
             replica.succeeded()
-        response, outcome = await relay_stream(request, resp, headers, relay, first, gw.timeouts, deadline)
+        with _NO_SPAN if engine_span is None else call.trace.span("stream", parent=engine_span):
+            response, outcome = await relay_stream(request, resp, headers, relay, first, gw.timeouts, deadline)
         call.first_at, call.last_at = outcome.first_at, outcome.last_at
         _take_usage(call, relay.usage)
         if not call.usage_known:

@@ -97,15 +97,19 @@ class Upstream:
             self.session = None
 
     async def open(self, replica: Replica, path: str, body: bytes, *, request_id: str, stream: bool,
-                   deadline: float | None, content_type: str = "application/json") -> aiohttp.ClientResponse:
+                   deadline: float | None, content_type: str = "application/json",
+                   trace: dict[str, str] | None = None) -> aiohttp.ClientResponse:
         """Send `body` to `replica` and wait for its answer's head.
 
         A stream's head must come within `first_byte`; an answer that is not
         streamed within what is left of `total`. 5xx and 429 answers, refused
-        connections and dial timeouts raise a retryable UpstreamFailure.
+        connections and dial timeouts raise a retryable UpstreamFailure. `trace`: the W3C trace
+        context (traceparent) of the attempt's span, when the request is traced.
         """
         assert self.session is not None, "Upstream.start() first"
         headers = {"Content-Type": content_type, "X-Request-Id": request_id}
+        if trace:
+            headers.update(trace)
         if replica.api_key is not None:
             headers["Authorization"] = "Bearer " + replica.api_key.reveal()
         now = time.monotonic()

@@ -59,6 +59,10 @@ def make_gateway_app(config: ServerConfig, store: Store | None = None,
     gateway = Gateway(config, replicas=replicas, accountant=accountant, resolver=resolver, metrics=metrics)
     # guard: the guardrails (None when guard.mode is off), their metrics in the gateway's registry
     gateway.guard = guard if guard is not None else build_guard(config, gateway, metrics.registry)
+    if config.tracing.endpoint:  # tracing: the SDK is imported, and spans made, only then
+        from llmgw.obs.tracing import Tracing
+
+        gateway.tracing = Tracing(config.tracing)
     app = make_router_app(gateway)
     app[METRICS] = metrics
     if accountant is None or (resolver is None and config.auth.keys_required):
@@ -69,12 +73,21 @@ def make_gateway_app(config: ServerConfig, store: Store | None = None,
     if gateway.guard is not None:
         app.cleanup_ctx.append(_guard_settings)  # guard: attachments and on/off, read from the store
     app.cleanup_ctx.append(_client_data)  # client data: after the gateway starts, stopped before it
+    if gateway.tracing is not None:
+        app.cleanup_ctx.insert(0, _tracing)  # tracing: stopped last, so the last requests' spans go out
     # ---- web portal (llmgw.web): landing, accounts, chat, /admin and /docs on this listener
     from llmgw.web import install_portal
 
     install_portal(app, config, store_key=STORE)
     # ---- end of web portal
     return app
+
+
+async def _tracing(app: web.Application) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await app[GATEWAY].tracing.close()
 
 
 def watch_cluster_settings(app: web.Application, in_force: ConfigInForce) -> None:
