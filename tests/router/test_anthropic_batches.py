@@ -55,6 +55,18 @@ async def test_a_message_batch_runs_and_its_results_come_as_anthropic_lines(stor
 
     listed = await c.messages.batches.list(limit=10)
     assert [b.id for b in listed.data] == [batch.id]
+    second = await c.messages.batches.create(requests=[request(9)])
+    assert [b.id for b in (await c.messages.batches.list(limit=1)).data] == [second.id]
+    older = await c.messages.batches.list(before_id=batch.id)
+    assert [b.id for b in older.data] == [second.id] and not older.has_more
+    newer = await c.messages.batches.list(after_id=second.id)
+    assert [b.id for b in newer.data] == [batch.id]
+    openai_client = sg.client()
+    assert {b.endpoint for b in (await openai_client.batches.list()).data} == {"/v1/messages"}
+    inputs = [f for f in (await openai_client.files.list()).data if f.filename == "message_batch_requests.jsonl"]
+    assert len(inputs) == 2 and {f.purpose for f in inputs} == {"batch"}
+    await until_ended(c, second.id)
+    await c.messages.batches.delete(second.id)
     with pytest.raises(anthropic.NotFoundError):
         await client(sg, "sk-b").messages.batches.retrieve(batch.id)  # another project's
     deleted = await c.messages.batches.delete(batch.id)
@@ -82,7 +94,7 @@ async def test_a_cancelled_batch_ends_with_its_unrun_requests_canceled(stored_ga
 
 async def test_bad_batches_are_refused_whole_with_the_field_named(stored_gateway, sim):
     engine = await sim(models=["m"])
-    sg = await stored_gateway([model("m", engine)])
+    sg = await stored_gateway([model("m", engine)], router={"batch": {"max_lines": 3}})
     c = client(sg)
     for requests, field in (([], "requests"),
                             ([request(0), request(0)], "requests[1].custom_id"),
@@ -93,5 +105,8 @@ async def test_bad_batches_are_refused_whole_with_the_field_named(stored_gateway
             await c.messages.batches.create(requests=requests)
         assert refused.value.body["type"] == "error" and field in refused.value.body["error"]["message"]
     assert not (await c.messages.batches.list()).data, "nothing was kept"
+    with pytest.raises(anthropic.BadRequestError) as many:
+        await c.messages.batches.create(requests=[request(i) for i in range(4)])
+    assert "router.batch.max_lines" in many.value.body["error"]["message"]
     with pytest.raises(anthropic.AuthenticationError):
         await client(sg, "sk-nope").messages.batches.list()

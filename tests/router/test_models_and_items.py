@@ -50,6 +50,8 @@ async def test_anthropic_sdk_gets_anthropic_model_objects_and_pages(sim, gateway
     rest = await client.models.list(after_id="b")
     assert [m.id for m in rest.data] == ["c"] and not rest.has_more
     assert [m.id async for m in client.models.list(limit=1)] == ["a", "b", "c"]
+    before = await client.models.list(before_id="c", limit=1)
+    assert [m.id for m in before.data] == ["b"] and before.has_more
     info = await client.models.retrieve("c")
     assert (info.type, info.id) == ("model", "c")
     with pytest.raises(anthropic.NotFoundError) as missing:

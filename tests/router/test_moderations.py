@@ -35,7 +35,9 @@ async def judge_engine():
             # the asked text is read from its <conversation> or after the categories (Llama Guard)
             asked = _asked_text(body).rsplit("BEGIN CONVERSATION", 1)[-1].rsplit("<conversation>", 1)[-1]
             unsafe = "punch" in asked.lower()
-            if style == "json":
+            if style == "garbled":
+                text = "I cannot say."
+            elif style == "json":
                 text = json.dumps({"safe": False, "categories": ["Violence", "Harassment"]} if unsafe
                                   else {"safe": True})
             else:
@@ -131,3 +133,14 @@ def test_judge_category_names_map_to_openai_categories():
     assert openai_categories(("Child Sexual Exploitation",)) == {"sexual/minors", "sexual"}
     assert openai_categories(("Indiscriminate Weapons",)) == {"illicit/violent", "illicit"}
     assert openai_categories(("Privacy", "Elections")) == set(), "no OpenAI word for these: flagged, no category"
+
+
+async def test_a_judge_that_gives_no_verdict_is_a_503_with_retry_after(gateway, judge_engine):
+    url, _ = await judge_engine("garbled")
+    gw = await gateway([judge("guard-j", url, "json")])
+    with pytest.raises(openai.InternalServerError) as failed:
+        await gw.client().moderations.create(input="hello")
+    assert failed.value.status_code == 503 and failed.value.body["code"] == "judge_unavailable"
+    assert failed.value.response.headers["Retry-After"] == "2"
+    (row,) = await gw.settle(1)
+    assert (row.status, row.outcome) == (503, "error")
