@@ -154,20 +154,8 @@ ACCOUNTING = AlertGroup("llmgw-accounting", "Whether usage, changes and notifica
     ),
 ))
 
-TENANTS = AlertGroup("llmgw-tenants", "Per tenant (router.tenant_label) and per budget.", (
-    Alert(
-        "BudgetMostlySpent", "llmgw_budget_spent_ratio >= 0.8 and llmgw_budget_spent_ratio < 1", "warning", "5m",
-        "{{ $labels.scope }} {{ $labels.name }} has spent {{ $value | humanizePercentage }} of its budget",
-        _join("Its requests are refused once the budget is spent, until the period turns. Raise the budget",
-              "(`llmgw ctl limits`), or tell its people now rather than when they are refused."),
-    ),
-    Alert(
-        "BudgetSpent", "llmgw_budget_spent_ratio >= 1", "critical", "1m",
-        "{{ $labels.scope }} {{ $labels.name }} has spent its whole budget",
-        _join("Every request under it is refused with 429 until the period turns. Raise the budget with",
-              "`llmgw ctl limits` if the spending is wanted; otherwise find out who spent it (`llmgw ctl",
-              "usage`)."),
-    ),
+TENANTS = AlertGroup(
+    "llmgw-tenants", "Per tenant: the project of the key, or the level router.tenant_label names.", (
     Alert(
         "TenantHittingLimits",
         _join('sum by (tenant) (rate(llmgw_tenant_requests_total{outcome="limited"}[10m]))',

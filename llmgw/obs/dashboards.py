@@ -132,6 +132,13 @@ _REPLICAS = Row("Replicas and queues", (
 ))
 
 _STORE = Row("Store and notifications", (
+    Panel("Store query time, p95", "timeseries", "s",
+          (Query("histogram_quantile(0.95, sum by (kind, le) "
+                 "(rate(llmgw_store_query_duration_seconds_bucket[5m])))", "{{kind}}"),),
+          "How long the store takes to read and write (StoreSlow past 0.5 s)."),
+    Panel("Store query failures", "timeseries", "short",
+          (Query("sum by (kind) (increase(llmgw_store_query_errors_total[10m])) or vector(0)", "{{kind}}"),),
+          "Queries the store failed in ten minutes (StoreQueryErrors)."),
     Panel("Store write failures", "timeseries", "short",
           (Query("sum by (instance) (increase(llmgw_store_write_errors_total[5m]))", "{{instance}}"),),
           "Writes the store failed in five minutes: a full disk, a read-only file, an unreachable database "
@@ -145,10 +152,97 @@ _STORE = Row("Store and notifications", (
           "Events sent to notify.sinks in the last hour: sent, failed, dropped.", width=24),
 ))
 
+_CONTROL = Row("Control plane", (
+    Panel("Nodes, by state", "timeseries", "short",
+          (Query("sum by (state) (llmgw_nodes)", "{{state}}"),),
+          "Nodes the leader knows: ready, cordoned, draining, disconnected, lost (NodeLost)."),
+    Panel("Replicas, by model and state", "timeseries", "short",
+          (Query("sum by (model, state) (llmgw_replicas)", "{{model}} {{state}}"),),
+          "Replicas the leader placed, starting, ready or stopping."),
+    Panel("Placement", "timeseries", "short",
+          (Query("sum by (model) (increase(llmgw_placements_total[15m]))", "{{model}} placed"),
+           Query("sum by (model, reason) (increase(llmgw_placement_failures_total[15m])) or vector(0)",
+                 "{{model}} no room: {{reason}}"),
+           Query("sum by (model) (increase(llmgw_replica_start_failures_total[15m])) or vector(0)",
+                 "{{model}} failed to start")),
+          "Replicas placed, passes that found no room (PlacementFailing), and starts that failed, in 15 minutes."),
+    Panel("Reconciler pass, p95", "timeseries", "s",
+          (Query("histogram_quantile(0.95, sum by (instance, le) (rate(llmgw_reconcile_duration_seconds_bucket[5m])))",
+                 "{{instance}}"),),
+          "How long one pass comparing what models want with what runs takes (ReconcileSlow)."),
+    Panel("Leader", "timeseries", "short",
+          (Query("max by (instance) (llmgw_leader)", "{{instance}}"),),
+          "1 on the control plane that leads, 0 on standbys (NoLeader)."),
+    Panel("Lease renewals a minute", "timeseries", "short",
+          (Query("sum by (instance) (rate(llmgw_lease_renewals_total[5m])) * 60", "{{instance}} renewed"),
+           Query("sum by (instance) (rate(llmgw_lease_renewal_failures_total[5m])) * 60", "{{instance}} failed")),
+          "The leader renews its lease every few seconds; failures lead to a take-over (LeaseRenewalsFailing)."),
+))
+
+_NODES = Row("Nodes", (
+    Panel("CPU busy, by node", "timeseries", "percent",
+          (Query("max by (node) (llmgw_node_cpu_utilization_percent)", "{{node}}"),),
+          "The node's CPU use between two heartbeats."),
+    Panel("Memory available, by node", "timeseries", "percentunit",
+          (Query("max by (node) (llmgw_node_memory_available_bytes / llmgw_node_memory_total_bytes)", "{{node}}"),),
+          "The share of memory the node has available (NodeMemoryLow below 5%).", max=1),
+    Panel("Disk free, by node", "timeseries", "percentunit",
+          (Query("max by (node, path) (llmgw_node_disk_free_bytes / llmgw_node_disk_total_bytes)",
+                 "{{node}} {{path}}"),),
+          "Free space on the disks the agent writes weights and engines to (NodeDiskFilling below 10%).", max=1),
+    Panel("Engines, by node and state", "timeseries", "short",
+          (Query("sum by (node, state) (llmgw_node_engines)", "{{node}} {{state}}"),
+           Query("sum by (node) (increase(llmgw_node_engine_exits_total[15m]))", "{{node}} exits in 15m")),
+          "Engines each node runs, and those that exited without being asked (EnginesExiting)."),
+))
+
+_GPUS = Row("GPUs", (
+    Panel("GPU busy, by card", "timeseries", "percent",
+          (Query("llmgw_gpu_utilization_percent", "{{node}} {{gpu}}"),),
+          "The share of the last sample period a kernel ran on the card."),
+    Panel("GPU memory in use, by card", "timeseries", "percentunit",
+          (Query("llmgw_gpu_memory_used_bytes / llmgw_gpu_memory_total_bytes", "{{node}} {{gpu}}"),),
+          "Memory in use over the card's memory; an engine takes most of it at start.", max=1),
+    Panel("GPU temperature", "timeseries", "celsius",
+          (Query("llmgw_gpu_temperature_celsius", "{{node}} {{gpu}}"),),
+          "The cards' core temperature (GPUHot past 87 °C)."),
+    Panel("GPU power against its limit", "timeseries", "percentunit",
+          (Query("llmgw_gpu_power_watts / llmgw_gpu_power_limit_watts", "{{node}} {{gpu}}"),),
+          "Power draw over the limit the driver enforces; at 1 the card is held at its power cap.", max=1),
+    Panel("GPU clock", "timeseries", "rotmhz",
+          (Query("llmgw_gpu_sm_clock_mhz", "{{node}} {{gpu}}"),),
+          "The SM clock: it drops when the card is throttled."),
+    Panel("What holds GPUs back", "timeseries", "short",
+          (Query("sum by (reason) (llmgw_gpu_throttled)", "{{reason}}"),),
+          "Cards whose clocks are held down now, by reason (GPUThermalThrottling for heat)."),
+    Panel("GPU health", "timeseries", "short",
+          (Query("sum by (health) (llmgw_gpu_health)", "{{health}}"),),
+          "Cards by health: ok, degraded, failed (GPUFailed). Placement keeps replicas off what is not ok."),
+    Panel("GPU errors", "timeseries", "short",
+          (Query("sum by (node, gpu) (llmgw_gpu_ecc_errors)", "{{node}} {{gpu}} ECC"),
+           Query("sum by (node, gpu) (llmgw_gpu_xid_errors)", "{{node}} {{gpu}} XID"),
+           Query("sum by (node, gpu) (increase(llmgw_gpu_pcie_replays_total[1h]))", "{{node}} {{gpu}} PCIe replays")),
+          "Uncorrected ECC errors, XID codes of the last 15 minutes and PCIe replays in an hour, by card."),
+))
+
+_MIRROR = Row("Mirror", (
+    Panel("Model files sent", "timeseries", "Bps",
+          (Query("sum by (instance) (rate(llmgw_mirror_bytes_served_total[5m]))", "{{instance}}"),),
+          "Bytes a second the mirror sends to nodes fetching weights."),
+    Panel("File requests, by status", "timeseries", "reqps",
+          (Query("sum by (status) (rate(llmgw_mirror_file_requests_total[5m]))", "{{status}}"),),
+          "Answers to nodes' file requests (MirrorServingErrors past 5% of 5xx)."),
+    Panel("Fetches and verify failures", "timeseries", "short",
+          (Query("sum by (result) (increase(llmgw_mirror_fetches_total[1h])) or vector(0)", "fetched: {{result}}"),
+           Query("sum(increase(llmgw_mirror_verify_failures_total[1h]))", "files failing their checksum")),
+          "Models fetched from their registry in the last hour, and files that failed verification.", width=24),
+))
+
 CLUSTER = Dashboard(
     uid="llmgw-cluster", title="llmgw — cluster",
-    description="The gateway's requests, tokens and latency by model; replicas and queues; the store.",
-    rows=(_REQUESTS, _REPLICAS, _STORE),
+    description="The gateway's requests, tokens and latency by model; replicas and queues; the control plane, "
+                "the nodes and their GPUs; the store and the mirror.",
+    rows=(_REQUESTS, _REPLICAS, _CONTROL, _NODES, _GPUS, _STORE, _MIRROR),
 )
 
 # ---------------------------------------------------------------------------------------------------- tenants
