@@ -47,6 +47,16 @@ def register(sub) -> None:
     remove.add_argument("path", metavar="PATH")
     _common(remove, _remove)
 
+    scim = commands.add_parser(
+        "scim-token", help="Make the organization's SCIM token (the one before stops working).",
+        description="Make a new bearer token for the organization's SCIM client (/scim/v2: your identity "
+        "provider creates, suspends and deletes the organization's people and teams with it). It is printed "
+        "once; the store keeps only its hash, and the token made before stops working. --revoke removes it.",
+    )
+    scim.add_argument("path", metavar="ORG")
+    scim.add_argument("--revoke", action="store_true", help="remove the token: SCIM requests are refused")
+    _common(scim, _scim_token)
+
 
 def _common(parser: argparse.ArgumentParser, fn) -> None:
     add_json_flag(parser)
@@ -123,4 +133,28 @@ async def _remove(args, tenancy) -> int:
         print_json({**_node_json(node), "removed": True})
     else:
         print(f"removed {node.kind} {node.path}")
+    return 0
+
+
+async def _scim_token(args, tenancy) -> int:
+    from llmgw.scim import tokens
+
+    node = await tenancy.find(args.path, "org")
+    if args.revoke:
+        removed = await tokens.revoke(tenancy.store, node.id, actor=tenancy.actor)
+        await tenancy.store.append_audit(tenancy.actor, "org.scim-token", f"org:{node.id}",
+                                         {"path": node.path, "revoked": True})
+        if args.json:
+            print_json({"org": node.path, "revoked": removed})
+        else:
+            print(f"{node.path}: SCIM token removed" if removed else f"{node.path} had no SCIM token")
+        return 0
+    token = await tokens.issue(tenancy.store, node.id, actor=tenancy.actor)
+    await tenancy.store.append_audit(tenancy.actor, "org.scim-token", f"org:{node.id}", {"path": node.path})
+    if args.json:
+        print_json({"org": node.path, "token": token})
+    else:
+        print(token)
+        print(f"the SCIM token of {node.path}: give it to your identity provider with the base URL "
+              "https://YOUR-GATEWAY/scim/v2; it is not shown again", file=sys.stderr)
     return 0

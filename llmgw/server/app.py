@@ -80,6 +80,10 @@ def make_gateway_app(config: ServerConfig, store: Store | None = None,
 
     install_portal(app, config, store_key=STORE)
     # ---- end of web portal
+    # ---- SCIM 2.0 provisioning (llmgw.scim) at /scim/v2 on this listener
+    from llmgw.scim import install_scim
+
+    install_scim(app, config, store_key=STORE)
     return app
 
 

@@ -186,6 +186,23 @@ class Store(abc.ABC):
         """None removes the password (single sign-on only)."""
 
     @abc.abstractmethod
+    async def set_user_name(self, user_id: str, name: str) -> User:
+        """The name shown for a person."""
+
+    @abc.abstractmethod
+    async def set_user_email(self, user_id: str, email: str) -> User:
+        """A person's new address (Conflict when another person has it)."""
+
+    @abc.abstractmethod
+    async def scim_external_ids(self, org_id: str, resource_kind: str) -> dict[str, str]:
+        """The externalIds an organization's SCIM client gave its people (``user``) or teams (``team``), by id."""
+
+    @abc.abstractmethod
+    async def set_scim_external_id(self, org_id: str, resource_kind: str, resource_id: str,
+                                   external_id: str | None) -> None:
+        """Keep (or, with None, drop) the externalId of a person or team for an organization's SCIM client."""
+
+    @abc.abstractmethod
     async def add_membership(
         self, user_id: str, scope_kind: str, scope_id: str, role: str = "member"
     ) -> Membership:

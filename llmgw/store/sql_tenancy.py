@@ -357,6 +357,47 @@ class SQLTenancy(SQLStoreBase):
     async def set_password_hash(self, user_id: str, password_hash: str | None) -> User:
         return await self._update_user(user_id, "password_hash", _check_password_hash(password_hash))
 
+    async def set_user_name(self, user_id: str, name: str) -> User:
+        return await self._update_user(
+            user_id, "name", v.check_text(name.strip() if isinstance(name, str) else name, "name", max_len=200))
+
+    async def scim_external_ids(self, org_id: str, resource_kind: str) -> dict[str, str]:
+        kind = v.check_choice(resource_kind, ("user", "team"), "resource_kind")
+        rows = await self._all("SELECT resource_id, external_id FROM scim_external_ids"
+                               " WHERE org_id = ? AND resource_kind = ?", v.check_id(org_id, "org_id"), kind)
+        return {r["resource_id"]: r["external_id"] for r in rows}
+
+    async def set_scim_external_id(self, org_id: str, resource_kind: str, resource_id: str,
+                                   external_id: str | None) -> None:
+        org_id = v.check_id(org_id, "org_id")
+        kind = v.check_choice(resource_kind, ("user", "team"), "resource_kind")
+        resource_id = v.check_id(resource_id, "resource_id")
+        if external_id is not None:
+            external_id = v.check_text(external_id, "externalId", max_len=500)
+
+        async def work(tx: Tx) -> None:
+            await tx.execute("DELETE FROM scim_external_ids WHERE org_id = ? AND resource_kind = ? AND resource_id = ?",
+                             org_id, kind, resource_id)
+            if external_id is not None:
+                await tx.execute("INSERT INTO scim_external_ids (org_id, resource_kind, resource_id, external_id)"
+                                 " VALUES (?, ?, ?, ?)", org_id, kind, resource_id, external_id)
+
+        await self._write(work)
+
+    async def set_user_email(self, user_id: str, email: str) -> User:
+        email = v.check_email(email)
+        user_id = v.check_id(user_id, "user_id")
+
+        async def work(tx: Tx) -> User:
+            if await tx.fetchval("SELECT 1 FROM users WHERE email = ? AND id <> ?", email, user_id):
+                raise Conflict(f"a person with email {email!r} already exists")
+            r = await tx.fetchrow(f"UPDATE users SET email = ? WHERE id = ? RETURNING {USER_COLS}", email, user_id)
+            if r is None:
+                raise NotFound(f"no person with id {user_id!r}")
+            return self._user(r)
+
+        return await self._write(work)
+
     # ---- memberships -------------------------------------------------------
 
     async def add_membership(
