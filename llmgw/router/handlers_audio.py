@@ -9,8 +9,10 @@ memory, at most `router.batch.max_file_bytes` (the limit of every upload;
 `audio`). The form then goes to a replica of the model (vLLM serves Whisper
 models at these paths), read again from the file for each try, with the
 engine's own name for the model. The answer comes back as the engine sent
-it: JSON, or text, SRT or VTT with the engine's content type, or a stream
-of the engine's events with `stream=true`.
+it: JSON, or text, SRT or VTT with the engine's content type; with
+`stream=true`, as OpenAI's events (`transcript.text.delta`, then
+`transcript.text.done` with the text and the usage), vLLM's chunks
+translated to them.
 
 Like every request it runs through the pipeline: the key, limits and
 budget, admission, a usage row (the tokens the engine reports, in OpenAI's
@@ -29,13 +31,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from llmgw.auth.principal import Principal
-from llmgw.router.errors import bad_request, dumps
+from llmgw.router.dialects import TranslatingRelay
+from llmgw.router.errors import GatewayError, bad_request, dumps
 from llmgw.router.files import _spool, _text, _within
 from llmgw.router.gateway import Gateway
 from llmgw.router.passthrough import PassThrough
 from llmgw.router.pipeline import serve
 from llmgw.router.request_schemas import problem_in
+from llmgw.router.sse import SSERelay
 
 #: Form fields read at most, and the longest a field's text may be.
 MAX_FIELDS, MAX_FIELD_CHARS = 32, 16_384
@@ -121,8 +124,8 @@ class AudioDialect(PassThrough):
                 body[name] = value
         return body
 
-    async def chat_body(self, body: dict, principal: Principal) -> dict:
-        return await super().chat_body(body, principal)
+    def relay(self, inner: SSERelay) -> SSERelay:
+        return TranscriptEvents(inner)
 
     def engine_request(self, engine_model: str) -> tuple[Any, str]:
         """The form for the engine, made anew for each try: its name for the model, the file read again."""
@@ -143,6 +146,54 @@ class AudioDialect(PassThrough):
         file.seek(0)
         while piece := file.read(SEND_PIECE):
             yield piece
+
+
+class TranscriptEvents(TranslatingRelay):
+    """A streamed transcription as OpenAI sends it: `transcript.text.delta` events, then one
+    `transcript.text.done` with the whole text and the usage. vLLM streams chat-completion-like
+    chunks (`choices[0].delta.content`); an engine that speaks OpenAI's events already is passed on."""
+
+    def __init__(self, inner: SSERelay) -> None:
+        super().__init__(inner)
+        self.text: list[str] = []
+        self.engine_done = False
+
+    def on_chunk(self, chunk: dict) -> bytes:
+        kind = chunk.get("type")
+        if isinstance(kind, str) and kind.startswith("transcript."):
+            self.engine_done = self.engine_done or kind == "transcript.text.done"
+            return _event(chunk)
+        choices = chunk.get("choices")
+        delta = choices[0].get("delta") if isinstance(choices, list) and choices and isinstance(choices[0], dict) \
+            else None
+        piece = delta.get("content") if isinstance(delta, dict) else None
+        if not isinstance(piece, str) or not piece:
+            return b""
+        self.text.append(piece)
+        return _event({"type": "transcript.text.delta", "delta": piece, "logprobs": None})
+
+    def finish(self) -> bytes:
+        if self.engine_done:
+            return b""
+        done: dict[str, Any] = {"type": "transcript.text.done", "text": "".join(self.text), "logprobs": None}
+        usage = self.inner.usage
+        if isinstance(usage, dict):
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(prompt, int) and isinstance(completion, int):
+                done["usage"] = {"type": "tokens", "input_tokens": prompt, "output_tokens": completion,
+                                 "total_tokens": prompt + completion}
+        return _event(done)
+
+    def on_engine_error(self, error: dict) -> bytes:
+        return _event({"type": "error", "error": error})
+
+    def error_event(self, error: GatewayError) -> bytes:
+        return _event({"type": "error", "error": {"message": error.message, "type": error.type,
+                                                  "code": error.code, "param": error.param}})
+
+
+def _event(payload: dict) -> bytes:
+    return b"data: " + dumps(payload) + b"\n\n"
 
 
 async def _serve_audio(request: web.Request, path: str) -> web.StreamResponse:

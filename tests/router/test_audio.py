@@ -91,8 +91,12 @@ async def test_a_streamed_transcription_relays_the_engines_events(gateway, whisp
     url, seen = await whisper()
     gw = await gateway([model("whisper", url)])
     stream = await gw.client().audio.transcriptions.create(model="whisper", file=("a.wav", AUDIO), stream=True)
-    words = [e.choices[0]["delta"]["content"] async for e in stream if getattr(e, "choices", None)]
-    assert "".join(words).split() == "the river runs to the sea".split()
+    events = [e async for e in stream]
+    deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
+    assert "".join(deltas).split() == "the river runs to the sea".split(), "vLLM's chunks as OpenAI's events"
+    done = events[-1]
+    assert done.type == "transcript.text.done" and done.text == "".join(deltas)
+    assert (done.usage.input_tokens, done.usage.output_tokens) == (50, 6)
     assert seen[-1]["fields"]["stream_include_usage"] == "true"
     (row,) = await gw.settle(1)
     assert (row.prompt_tokens, row.completion_tokens, row.outcome) == (50, 6, "ok")
