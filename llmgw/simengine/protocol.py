@@ -7,6 +7,7 @@ naming the parameter, a 404 for a model the engine does not serve.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import attrs
@@ -84,6 +85,10 @@ class Plan:
     json_format: str | dict | None = None
     # The last user message's text: what a model named echo… answers with.
     last_user: str = ""
+    # Log probabilities asked for (chat's logprobs true, a completion's logprobs N), and how many
+    # alternatives each token lists (top_logprobs; a completion's N).
+    logprobs: bool = False
+    top_logprobs: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -150,7 +155,20 @@ def _common(body: dict, options: SimOptions, kind: str, prompts: list[Prompt], m
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise bad("stream_options", "'stream_options' must be an object")
+    if kind == "chat":
+        logprobs = body.get("logprobs")
+        if logprobs is not None and not isinstance(logprobs, bool):
+            raise bad("logprobs", f"'logprobs' must be true or false, got {logprobs!r}")
+        top = _int(body, "top_logprobs", 0, 20) or 0
+        if top and not logprobs:
+            raise bad("top_logprobs", "'top_logprobs' needs 'logprobs' set to true")
+    else:
+        top = _int(body, "logprobs", 0, 5)
+        logprobs = top is not None
+        top = top or 0
     return Plan(
+        logprobs=bool(logprobs),
+        top_logprobs=top,
         kind=kind,
         model=model,
         prompts=prompts,
@@ -228,6 +246,9 @@ def _chosen_tool(body: dict) -> dict | None:
     if choice == "none":
         return None
     if choice in ("auto", "required", None):
+        asked = _tool_asked_for(body.get("messages"), functions)
+        if asked is not None or choice == "auto" or choice is None:
+            return asked  # auto: a tool only when the user's last message asks for one, as a model would
         return functions[0]
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
@@ -236,6 +257,41 @@ def _chosen_tool(body: dict) -> dict | None:
                 return function
         raise bad("tool_choice", f"'tool_choice' names the function {name!r}, which is not in 'tools'")
     raise bad("tool_choice", f"'tool_choice' must be none, auto, required or a named function, got {choice!r}")
+
+
+#: Words of a tool's name that say nothing of what it does; they alone do not ask for it.
+_GENERIC = frozenset({"get", "set", "run", "use", "call", "do", "make", "tool", "func", "function", "the"})
+_WORD = re.compile(r"[A-Za-z][a-z]*|[0-9]+")
+_ASK_ANY = re.compile(r"\b(use|call|run)\s+(a|an|the|your|one)\s+(tool|function)", re.I)
+
+
+def _name_words(name: str) -> set[str]:
+    words = {w.lower() for part in re.split(r"[_\-.\s]+", name) for w in _WORD.findall(part)}
+    return {w for w in words if len(w) >= 3 and w not in _GENERIC}
+
+
+def _tool_asked_for(messages: Any, functions: list[dict]) -> dict | None:
+    """The tool the user's last message asks for: one it names (`get_weather`, or a word of its name,
+    like "weather"), else the first when it asks for a tool at all ("use a tool"); None for neither,
+    or when the last message is not the user's (a tool's result: the model answers it in words)."""
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return None
+    if messages[-1].get("role") != "user":
+        return None
+    try:
+        text = _content_text(messages[-1].get("content"), "messages")
+    except APIError:
+        return None
+    lowered = text.lower()
+    said = {w.lower() for w in _WORD.findall(text)}
+    said |= {w[:-1] for w in said if w.endswith("s")}  # "files" asks for read_file
+    for function in functions:
+        if function["name"].lower() in lowered:
+            return function
+    for function in functions:
+        if _name_words(function["name"]) & said:
+            return function
+    return functions[0] if _ASK_ANY.search(text) else None
 
 
 def _json_format(body: dict) -> str | dict | None:

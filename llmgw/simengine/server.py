@@ -25,6 +25,7 @@ from aiohttp import web
 from llmgw import __version__
 from llmgw.simengine import embeddings, scoring
 from llmgw.simengine.engine import Choice, Engine, request_id
+from llmgw.simengine.logprobs import chat_logprobs, chat_token, completion_logprobs
 from llmgw.simengine.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from llmgw.simengine.options import SimOptions
 from llmgw.simengine.protocol import (
@@ -102,18 +103,20 @@ async def _generate(request: web.Request, parse) -> web.StreamResponse:
     if plan.kind == "chat":
         return _json({
             "id": request_id("chatcmpl-"), "object": "chat.completion", "created": created,
-            "model": plan.model, "choices": [_chat_choice(c) for c in choices], "usage": usage,
+            "model": plan.model, "choices": [_chat_choice(c, plan) for c in choices], "usage": usage,
         })
     return _json({
         "id": request_id("cmpl-"), "object": "text_completion", "created": created,
         "model": plan.model,
-        "choices": [{"index": c.index, "text": c.text, "logprobs": None,
+        "choices": [{"index": c.index, "text": c.text,
+                     "logprobs": completion_logprobs(c.pieces, plan.top_logprobs, len(c.echo)) if plan.logprobs
+                     else None,
                      "finish_reason": c.finish_reason} for c in choices],
         "usage": usage,
     })
 
 
-def _chat_choice(choice: Choice) -> dict:
+def _chat_choice(choice: Choice, plan: Plan) -> dict:
     if choice.tool_call is None:
         message = {"role": "assistant", "content": choice.text, "tool_calls": []}
     else:
@@ -122,7 +125,10 @@ def _chat_choice(choice: Choice) -> dict:
             "id": call.id, "type": "function",
             "function": {"name": call.name, "arguments": call.arguments},
         }]}
-    return {"index": choice.index, "message": message, "logprobs": None,
+    logprobs = None
+    if plan.logprobs and choice.tool_call is None:
+        logprobs = chat_logprobs(choice.pieces, plan.top_logprobs)
+    return {"index": choice.index, "message": message, "logprobs": logprobs,
             "finish_reason": choice.finish_reason}
 
 
@@ -158,7 +164,7 @@ async def _stream(request: web.Request, engine: Engine, plan: Plan, choices: lis
         tail=b',"logprobs":null,"finish_reason":null}]' + usage_null + b"}\n\n",
         usage_null=usage_null,
     )
-    steps = _steps(fmt, chat, choices)
+    steps = _steps(fmt, chat, choices, plan)
     response = web.StreamResponse(headers=_SSE_HEADERS)
     await response.prepare(request)
     new_tokens = sum(c.tokens for c in choices)
@@ -188,7 +194,16 @@ async def _stream(request: web.Request, engine: Engine, plan: Plan, choices: lis
     return response
 
 
-def _steps(fmt: _ChunkFormat, chat: bool, choices: list[Choice]) -> list[bytes]:
+def _logprobs_tail(fmt: _ChunkFormat, chat: bool, plan: Plan, piece: str, position: int, offset: int) -> bytes:
+    """A chunk's end carrying its token's log probabilities, in place of `"logprobs":null`."""
+    if chat:
+        value = {"content": [chat_token(piece, position, plan.top_logprobs)], "refusal": None}
+    else:
+        value = completion_logprobs([piece], plan.top_logprobs, offset)
+    return fmt.tail.replace(b'"logprobs":null', b'"logprobs":' + dumps(value), 1)
+
+
+def _steps(fmt: _ChunkFormat, chat: bool, choices: list[Choice], plan: Plan) -> list[bytes]:
     """The stream's bytes, one item per output token's time: step k holds
     every choice's k-th chunk, and the finish chunk of each choice ending there."""
     per_choice = []
@@ -202,7 +217,16 @@ def _steps(fmt: _ChunkFormat, chat: bool, choices: list[Choice]) -> list[bytes]:
         else:
             before = head + b'{"tool_calls":[{"index":0,"function":{"arguments":'
             after = b"}}]}" + fmt.tail
-        chunks = [before + _piece_json(piece) + after for piece in c.pieces]
+        if plan.logprobs and c.tool_call is None:  # each token's chunk says its log probability
+            cut = len(fmt.tail)
+            offsets, at = [], len(c.echo)
+            for piece in c.pieces:
+                offsets.append(at)
+                at += len(piece)
+            chunks = [before + _piece_json(piece) + after[:len(after) - cut]
+                      + _logprobs_tail(fmt, chat, plan, piece, i, offsets[i]) for i, piece in enumerate(c.pieces)]
+        else:
+            chunks = [before + _piece_json(piece) + after for piece in c.pieces]
         finish = fmt.finish(c.index, empty, c.finish_reason)
         if chunks:
             chunks[-1] += finish

@@ -179,13 +179,13 @@ async def test_tool_rules_strip_offered_tools_and_stop_calls_they_do_not_allow(s
     gw = await guarded([served("m", engine)], guard=policy)
     c = gw.client()
     # shell is stripped, so the model calls search, whose arguments fit its parameters.
-    raw = await c.chat.completions.with_raw_response.create(model="m", messages=user("find rivers"),
+    raw = await c.chat.completions.with_raw_response.create(model="m", messages=user("search for rivers"),
                                                             tools=[SHELL, SEARCH])
     reply = raw.parse()
     assert reply.choices[0].finish_reason == "tool_calls"
     assert reply.choices[0].message.tool_calls[0].function.name == "search"
     assert raw.headers["x-llmgw-guard"] == "flagged" and (await gw.row()).guard_category == "tools: shell"
-    stream = await c.chat.completions.create(model="m", messages=user("find rivers"), tools=[SHELL, SEARCH],
+    stream = await c.chat.completions.create(model="m", messages=user("search for rivers"), tools=[SHELL, SEARCH],
                                              stream=True)
     calls, finishes = [], []
     async for chunk in stream:
@@ -203,7 +203,8 @@ async def test_a_call_the_policy_does_not_allow_is_stopped_in_a_stream(sim, guar
     gw = await guarded([served("m", engine)], guard=policy)
     bad_args = {"type": "function", "function": {"name": "search", "parameters": {
         "type": "object", "properties": {"q": {"type": "integer", "minimum": 5, "maximum": 1}}, "required": ["q"]}}}
-    stream = await gw.client().chat.completions.create(model="m", messages=user("go"), tools=[bad_args], stream=True)
+    stream = await gw.client().chat.completions.create(model="m", messages=user("search: go"), tools=[bad_args],
+                                                       stream=True)
     finishes, calls = [], []
     async for chunk in stream:
         for choice in chunk.choices:
@@ -227,7 +228,7 @@ async def test_require_capabilities_reads_the_catalog_entry(sim, guarded, served
     with pytest.raises(openai.BadRequestError) as refused:
         await gw.client().chat.completions.create(model="plain", messages=user("x"), tools=[SEARCH])
     assert refused.value.body["code"] == "capability_not_supported"
-    reply = await gw.client().chat.completions.create(model="tooled", messages=user("x"), tools=[SEARCH])
+    reply = await gw.client().chat.completions.create(model="tooled", messages=user("search x"), tools=[SEARCH])
     assert reply.choices[0].finish_reason == "tool_calls"
 
 

@@ -121,11 +121,12 @@ async def test_a_tool_use_round_trip(sim, gateway):
     engine = await sim(models=["m"])
     gw = await gateway([model("m", engine)])
     ask = client(gw)
-    first = await ask.messages.create(model="m", max_tokens=200, tools=[WEATHER], messages=HI)
+    asking = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    first = await ask.messages.create(model="m", max_tokens=200, tools=[WEATHER], messages=asking)
     assert first.stop_reason == "tool_use"
     (use,) = first.content
     assert use.type == "tool_use" and use.name == "get_weather" and isinstance(use.input["city"], str)
-    history = [*HI, {"role": "assistant", "content": first.content},
+    history = [*asking, {"role": "assistant", "content": first.content},
                {"role": "user", "content": [
                    {"type": "tool_result", "tool_use_id": use.id, "content": '{"raining": false}'},
                    {"type": "text", "text": "And tomorrow?"}]}]

@@ -146,3 +146,12 @@ async def test_out_of_range_values_are_refused_as_openai_does(sim, gateway, body
     with pytest.raises(openai.BadRequestError) as caught:
         await gw.client().chat.completions.create(model="m", messages=HELLO, **body)
     assert caught.value.param == field
+
+
+async def test_logprobs_reach_the_client_through_the_gateway(sim, gateway):
+    engine = await sim(models=["m"])
+    gw = await gateway([model("m", engine)])
+    reply = await gw.client().chat.completions.create(model="m", messages=HELLO, max_tokens=3, logprobs=True,
+                                                      top_logprobs=2)
+    content = reply.choices[0].logprobs.content
+    assert len(content) == 3 and all(len(t.top_logprobs) == 2 for t in content)

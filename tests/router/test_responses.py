@@ -94,7 +94,7 @@ async def test_function_tools_and_their_results(sim, gateway):
     engine = await sim(models=["m"])
     gw = await gateway([model("m", engine)])
     ask = gw.client()
-    first = await ask.responses.create(model="m", input="Is it raining in Ankara?", tools=[WEATHER,
+    first = await ask.responses.create(model="m", input="Is it raining in Ankara? Check the weather.", tools=[WEATHER,
                                        {"type": "web_search"}])
     (call,) = first.output
     assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"

@@ -32,6 +32,7 @@ TIME_TOOL = {
         "type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}},
 }
 HELLO = [{"role": "user", "content": "Say something about rivers and cities."}]
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Oslo this week?"}]
 
 
 def clients(engine):
@@ -183,7 +184,7 @@ async def test_tools_give_a_tool_call_with_the_required_arguments(sim):
     engine = await sim()
     aclient, _ = clients(engine)
     reply = await aclient.chat.completions.create(
-        model="sim", messages=HELLO, tools=[WEATHER_TOOL, TIME_TOOL], max_tokens=100)
+        model="sim", messages=ASK_WEATHER, tools=[WEATHER_TOOL, TIME_TOOL], max_tokens=100)
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
@@ -206,12 +207,28 @@ async def test_tools_give_a_tool_call_with_the_required_arguments(sim):
     assert none.choices[0].finish_reason == "length"
     assert not none.choices[0].message.tool_calls
 
+    # auto, and a message that asks for no tool: an answer in words, as a model gives one
+    chat = await aclient.chat.completions.create(
+        model="sim", messages=HELLO, tools=[WEATHER_TOOL, TIME_TOOL], max_tokens=4)
+    assert chat.choices[0].message.content and not chat.choices[0].message.tool_calls
+    required = await aclient.chat.completions.create(
+        model="sim", messages=HELLO, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice="required")
+    assert required.choices[0].message.tool_calls[0].function.name == "get_weather"
+    asked = await aclient.chat.completions.create(
+        model="sim", messages=[{"role": "user", "content": "Use a tool to answer."}], tools=[TIME_TOOL])
+    assert asked.choices[0].message.tool_calls[0].function.name == "get_time"
+    after = await aclient.chat.completions.create(model="sim", tools=[WEATHER_TOOL], max_tokens=4, messages=[
+        *ASK_WEATHER, {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])
+    assert after.choices[0].message.content and not after.choices[0].message.tool_calls
+
 
 async def test_tool_calls_stream(sim):
     engine = await sim()
     aclient, _ = clients(engine)
     stream = await aclient.chat.completions.create(
-        model="sim", messages=HELLO, tools=[WEATHER_TOOL], stream=True,
+        model="sim", messages=ASK_WEATHER, tools=[WEATHER_TOOL], stream=True,
         stream_options={"include_usage": True})
     name, arguments, finish, usage = None, "", None, None
     async for chunk in stream:
