@@ -70,8 +70,10 @@ async def _engine():
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
 
 
-async def _use_the_gateway(store, secret: str) -> None:
-    """The person's requests through a real gateway with the real key resolver."""
+async def _use_the_gateway(store_dsn: str, secret: str) -> None:
+    """The person's requests through a real gateway with the real key resolver, on a store of its own
+    (the same database), closed with it."""
+    store = await open_store(store_dsn)
     engine, url = await _engine()
     config = parse_server_config({"store": {"dsn": "/nonexistent/llmgw.db"}, "auth": {"keys_required": True},
                                   "models": [{"name": "m", "endpoints": [{"url": url}]}]})
@@ -96,6 +98,7 @@ async def _use_the_gateway(store, secret: str) -> None:
         await client.close()
         await runner.cleanup()
         await engine.cleanup()
+        await store.close()
 
 
 def _usage(request_id: str, at: dt.datetime, user_id: str, key_id: str, cost: int, email: str,
@@ -155,7 +158,7 @@ async def test_forget_leaves_no_trace_of_the_person_and_keeps_usage_sums(store, 
                                    client="10.0.0.7", user_agent="Annabel's browser")
     await store.create_password_reset(token_hash=hashlib.sha256(b"link").hexdigest(), user_id=ann.id,
                                       expires_at=clock.now + dt.timedelta(hours=1))
-    await _use_the_gateway(store, personal.secret)
+    await _use_the_gateway(store_dsn, personal.secret)
     at = clock.now
     await store.insert_usage_rows([
         _usage("r1", at, ann.id, personal.key.id, 700, EMAIL, NAME),
