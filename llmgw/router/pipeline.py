@@ -350,7 +350,8 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
     tried: set[str] = set()
     encoded: dict[str, bytes] = {}
     grant = grants[-1]
-    for attempt in range(attempts):
+    fallbacks = _failure_fallbacks(gw, call)
+    for attempt in range(attempts + len(fallbacks)):
         replica = grant.replica
         call.replica = replica.id
         tried.add(replica.id)
@@ -388,10 +389,19 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
             logs.event(log, "engine failed", logging.WARNING, request_id=call.request_id, replica_id=replica.id,
                        model=call.model_served, error_code=failure.code, attempt=attempt + 1)
             if not failure.retryable or attempt + 1 >= attempts:
-                raise failure.as_error() from None
+                # the model's fallbacks, tried on its first failure (not once its replicas are ejected)
+                again = _fallback_grant(gw, call, fallbacks, grant.band) if failure.retryable else None
+                if again is None:
+                    raise failure.as_error() from None
+                grants.append(again)
+                gw.admission.release(grant)
+                grant = again
+                continue
             if pause:
                 await asyncio.sleep(pause)
             again = gw.admission.try_now(call.model_served, Want(exclude=frozenset(tried)), grant.band)
+            if again is None:
+                again = _fallback_grant(gw, call, fallbacks, grant.band)
             if again is None:
                 raise failure.as_error() from None
             gw.metrics.retries.labels(call.model_served).inc()
@@ -413,6 +423,36 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
         call.trace.engine_done(engine_span, status=resp.status, code=call.code if call.outcome == ERROR else None)
         return response
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _failure_fallbacks(gw: Gateway, call: Call) -> list[str]:
+    """The models a request moves to when its model's engines fail it before answering: its fallbacks
+    the key may use (and, for a key kept in the cluster, those served there), the one serving it left out."""
+    principal = call.principal
+    chain = [f for f in gw.catalog.fallbacks(call.model)
+             if f != call.model_served and principal is not None and principal.may_use(f)]
+    try:
+        from llmgw.router.residency import in_cluster_reason, served_in_cluster
+    except ImportError:  # pragma: no cover - residency is part of the router
+        return chain
+    if chain and in_cluster_reason(gw, principal, call.guard):
+        chain = [f for f in chain if served_in_cluster(gw, f)]
+    return chain
+
+
+def _fallback_grant(gw: Gateway, call: Call, fallbacks: list[str], band: str) -> Grant | None:
+    """Room at once on the next of `fallbacks` that has a healthy replica; it is taken off the list."""
+    while fallbacks:
+        candidate = fallbacks.pop(0)
+        grant = gw.admission.try_now(candidate, Want(), band)
+        if grant is None:
+            continue
+        gw.metrics.fallbacks.labels(call.model, candidate, "upstream_failed").inc()
+        logs.event(log, "moved to a fallback", logging.WARNING, request_id=call.request_id, model=call.model,
+                   failed=call.model_served, fallback=candidate)
+        call.model_served = candidate
+        return grant
+    return None
 
 
 async def _answer(gw: Gateway, call: Call, request: web.Request, resp, relay: Any, first: bytes,
