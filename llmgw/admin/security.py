@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from llmgw.admin import audit
+from llmgw.admin import audit, oidc_bearer
 from llmgw.admin.dispatch import ACTOR, PREFIX, VIA
 from llmgw.admin.errors import ApiError, error_response, refusal_of
 from llmgw.admin.state import ADMIN
@@ -160,7 +160,14 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
     try:
         check_host(request)
         check_cross_site(request)
-        check_token(request, admin.token)
+        try:
+            check_token(request, admin.token)
+        except ApiError as wrong:
+            given = request.headers.get("Authorization", "").partition(" ")[2].strip()
+            if wrong.status != 401 or not given or not admin.config.auth.oidc.issuer:
+                raise
+            # Not the admin token: perhaps a person's from the provider (llmgw ctl signin).
+            request[oidc_bearer.PERSON] = await oidc_bearer.accept(request, admin, given)
     except ApiError as err:
         log.warning("admin API request refused: %s", err.message,
                     extra={"fields": {"method": request.method, "path": request.path, "peer": request.remote}})
@@ -170,7 +177,7 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
         request[ACTOR] = "unknown"
         request[VIA] = "api"
         check_content_type(request)
-        request[ACTOR] = read_actor(request)
+        request[ACTOR] = request.get(oidc_bearer.PERSON) or read_actor(request)
         request[VIA] = read_via(request)
     except ApiError as err:
         route = getattr(request.match_info.handler, "route", None)

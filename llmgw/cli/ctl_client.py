@@ -69,18 +69,26 @@ def _actor(args: argparse.Namespace) -> str:
     return re.sub(r"[^A-Za-z0-9._@-]", "-", name)[:64] or "unknown"
 
 
-def _token(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
+def _token(args: argparse.Namespace, environ: Mapping[str, str], url: str = DEFAULT_URL) -> str:
     from llmgw.admin.token import TokenFileError, read_token
 
     path = getattr(args, "token_file", None)
     if not path and environ.get(ENV_TOKEN, "").strip():
         return environ[ENV_TOKEN].strip()
+    given = bool(path)
     path = path or default_token_file()
     try:
         return read_token(path)
     except TokenFileError as exc:
+        if not given:
+            # No admin token here: a sign-in through the provider (llmgw ctl signin) does as well.
+            from llmgw.auth.oidc_device import saved_token
+
+            signed = saved_token(url)
+            if signed:
+                return signed
         raise CtlError(f"no admin token: {exc}; run as a user who can read it (sudo), give --token-file, "
-                       f"or set {ENV_TOKEN}", 2) from None
+                       f"set {ENV_TOKEN}, or sign in with llmgw ctl signin", 2) from None
 
 
 class AdminClient:
@@ -99,7 +107,7 @@ class AdminClient:
         url = getattr(args, "admin", None) or environ.get(ENV_URL, "").strip() or DEFAULT_URL
         if not url.startswith(("http://", "https://")):
             raise CtlError(f"--admin: {url!r} is not an address like {DEFAULT_URL}", 2)
-        return cls(url, _token(args, environ), _actor(args))
+        return cls(url, _token(args, environ, url), _actor(args))
 
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                 body: Any = None) -> Any:

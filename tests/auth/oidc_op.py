@@ -143,6 +143,9 @@ class TestProvider:
         self.devices: dict[str, dict[str, Any]] = {}
         self.device_grants: dict[str, tuple[str, bool]] = {}
         self.id_token_changes: dict[str, Any] = {}
+        #: seconds the device flow asks a client to wait between polls (RFC 8628 says whole seconds;
+        #: a tenth keeps the tests quick)
+        self.device_interval = 0.1
         self.foreign_key: RSAKey | None = None
         self.key = RSAKey.generate_key(2048, parameters={"kid": "key-1", "use": "sig", "alg": "RS256"})
         self.key_number = 1
@@ -268,6 +271,7 @@ class TestProvider:
                 return False
 
         class DeviceEndpoint(DeviceAuthorizationEndpoint):
+            INTERVAL = op.device_interval
             def get_verification_uri(self):
                 return op.issuer + "/device"
 
