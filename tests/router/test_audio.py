@@ -75,6 +75,7 @@ async def test_transcriptions_create_through_the_sdk_is_one_usage_row(gateway, w
     assert row.request_id == raw.headers["x-llmgw-request-id"]
     assert (row.model_requested, row.model_served, row.status, row.outcome) == ("whisper-1", "whisper", 200, "ok")
     assert (row.prompt_tokens, row.completion_tokens, row.key_id) == (len(AUDIO) // 1000, 6, "key-a")
+    assert 'llmgw_requests_total{model="whisper",outcome="ok"} 1.0' in gw.metrics.exposition().decode()
 
 
 async def test_text_answers_keep_their_type_and_translations_work(gateway, whisper):

@@ -90,6 +90,7 @@ async def test_moderations_create_maps_a_json_judges_verdict(sim, gateway, judge
     assert (row.model_requested, row.model_served, row.status, row.outcome) == \
         ("omni-moderation-latest", "guard-j", 200, "ok")
     assert (row.prompt_tokens, row.completion_tokens, row.key_id) == (80, 10, "key-a")
+    assert 'llmgw_requests_total{model="guard-j",outcome="ok"} 1.0' in gw.metrics.exposition().decode()
 
 
 async def test_a_llama_guard_judge_is_asked_in_its_own_format(gateway, judge_engine):

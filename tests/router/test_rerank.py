@@ -25,6 +25,7 @@ async def test_rerank_orders_documents_and_is_one_usage_row(sim, gateway, http):
     assert (row.model_requested, row.model_served, row.status, row.outcome) == ("rr", "rr", 200, "ok")
     assert row.prompt_tokens == body["usage"]["total_tokens"] and row.completion_tokens == 0
     assert row.key_id == "key-a"
+    assert 'llmgw_requests_total{model="rr",outcome="ok"} 1.0' in gw.metrics.exposition().decode()
 
 
 async def test_score_pairs_texts(sim, gateway, http):
