@@ -10,6 +10,11 @@ Where things are:
 - `proxy.py`: talking to engines, timeouts; `sse.py`: the stream relay; `errors.py`: refusals.
 - `client_data.py`: what clients keep (threads.py, memory.py, mcp.py, files.py, batches.py with
   batch_worker.py, cache.py), put on the app and hooked into the pipeline.
+- `handlers_models.py`: /v1/models and /v1/models/{id} in OpenAI's or Anthropic's shape;
+  `responses_items.py`: a kept response's input items; `anthropic_batches.py`: Anthropic's message
+  batches on batches.py; `handlers_moderations.py`: moderations by the judge models;
+- `passthrough.py`: endpoints the engine answers in the client's shape: `handlers_rerank.py`
+  (rerank, score) and `handlers_audio.py` (transcriptions, translations).
 
 docs/gateway.md explains the behaviour to operators.
 """
