@@ -24,6 +24,7 @@ from aiohttp import web
 
 from llmgw import __version__
 from llmgw.config.server import RouterTimeouts
+from llmgw.router import anthropic_upstream
 from llmgw.router.errors import GatewayError, error_body, upstream_error
 from llmgw.router.replicas import Replica
 from llmgw.router.sse import SSERelay
@@ -107,10 +108,15 @@ class Upstream:
         context (traceparent) of the attempt's span, when the request is traced.
         """
         assert self.session is not None, "Upstream.start() first"
+        anthropic = replica.api == "anthropic"  # an Anthropic-shaped provider: llmgw.router.anthropic_upstream
+        if anthropic:
+            body, path = anthropic_upstream.request(body, path)
         headers = {"Content-Type": content_type, "X-Request-Id": request_id}
         if trace:
             headers.update(trace)
-        if replica.api_key is not None:
+        if anthropic:
+            headers.update(anthropic_upstream.request_headers(replica.api_key))
+        elif replica.api_key is not None:
             headers["Authorization"] = "Bearer " + replica.api_key.reveal()
         now = time.monotonic()
         wait = self.timeouts.first_byte if stream else None
@@ -147,11 +153,11 @@ class Upstream:
         if (resp.status >= 500 and resp.status != 501) or resp.status == 429:
             detail = await _short_read(resp)
             resp.release()
-            busy = resp.status in (429, 503)
+            busy = resp.status in (429, 503, 529)  # 529: Anthropic's overloaded
             raise UpstreamFailure(502, "upstream_busy" if busy else "upstream_error",
                                   f"replica {replica.id} answered {resp.status}{detail}",
                                   retryable=True, counts=not busy)
-        return resp
+        return anthropic_upstream.wrap(resp, stream) if anthropic else resp
 
 
 async def _short_read(resp: aiohttp.ClientResponse) -> str:

@@ -251,16 +251,12 @@ def metrics_url_for(base_url: str) -> str:
 def static_replicas(config: ServerConfig) -> ReplicaSet:
     """A replica set holding every `models[].endpoints[]` of server.yaml, one replica each.
 
-    Endpoints of Anthropic-shaped providers are left out (the router speaks
-    OpenAI's API to engines), with a warning.
+    Anthropic-shaped providers (`api: anthropic`) are served through
+    llmgw.router.anthropic_upstream, and not scraped for metrics.
     """
     replicas = ReplicaSet()
     for model in config.models:
         for index, endpoint in enumerate(model.endpoints):
-            if endpoint.api != "openai":
-                logs.event(log, "endpoint skipped: only OpenAI-shaped endpoints are served", logging.WARNING,
-                           model=model.name, endpoint_index=index, api=endpoint.api)
-                continue
             base = api_base(endpoint.url)
             replicas.add(Replica(
                 id=f"{model.name}/endpoint-{index}",
@@ -270,7 +266,7 @@ def static_replicas(config: ServerConfig) -> ReplicaSet:
                 api_key=endpoint.api_key,
                 api=endpoint.api,
                 max_concurrency=max(1, getattr(model, "concurrency", DEFAULT_CONCURRENCY)),
-                metrics_url=metrics_url_for(base),
+                metrics_url=metrics_url_for(base) if endpoint.api == "openai" else None,
                 source="static",
             ))
     return replicas

@@ -131,7 +131,9 @@ def test_static_replicas_and_the_catalog_come_from_server_yaml():
     ]})
     rs = static_replicas(config)
     ids = [r.id for r in rs.replicas_for("m")]
-    assert ids == ["m/endpoint-0", "m/endpoint-1"]
+    assert ids == ["m/endpoint-0", "m/endpoint-1", "m/endpoint-2"]
+    provider = rs.get("m/endpoint-2")
+    assert (provider.api, provider.base_url, provider.metrics_url) == ("anthropic", "https://api.example.com/v1", None)
     first = rs.get("m/endpoint-0")
     assert (first.base_url, first.name_at_engine, first.api_key.reveal(), first.max_concurrency) == (
         "http://h:8000/v1", "org/m-7b", "k1", 8)
