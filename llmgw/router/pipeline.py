@@ -137,15 +137,14 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
             body_bytes = dumps(body)
         _read_request(call, request, body)
         principal = call.principal
-        resolve = getattr(dialect, "resolve_model", None)  # moderations: the cluster's judge, not the catalog
-        model = gw.catalog.resolve(call.model_asked) if resolve is None else resolve(principal, call.model_asked)
+        model = gw.catalog.resolve(call.model_asked)
         if model is None:
             names = ", ".join(gw.allowed_models(principal)) or "none"
             raise GatewayError(404, "model_not_found",
                                f"no model called {call.model_asked!r} is served here; your key may use: {names}",
                                param="model")
         call.model = model
-        if resolve is None and not (principal.may_use(model) or principal.may_use(call.model_asked)):
+        if not (principal.may_use(model) or principal.may_use(call.model_asked)):
             raise GatewayError(403, "model_not_allowed", f"this key may not use {call.model_asked!r}", param="model")
         # client data: a thread's stored conversation in front of the new turn, before the limits count it
         body_bytes, body = await threads.attach(gw, call, request, body_bytes, body)
