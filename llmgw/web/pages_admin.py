@@ -105,6 +105,8 @@ async def change_person(request: web.Request) -> web.StreamResponse:
     fields = {**_fields(form), "user": user_id}
     if me.user.role not in MAY["people"]:
         return await _refuse(request, me, "people", f"users.{action or 'change'}", f"user:{user_id}", fields)
+    if action == "forget":
+        return await _forget(request, me, user_id, str(form.get("confirm", "")))
     tenancy = portal.tenancy(me.user.email, fields)
     path = str(form.get("path", "")).strip()
     try:
@@ -134,6 +136,29 @@ async def change_person(request: web.Request) -> web.StreamResponse:
                                    str(exc), 400)
         return await _people_page(request, status=400, problem="admin.refused", detail=str(exc))
     return portal.redirect(request, "/admin/people")
+
+
+async def _forget(request: web.Request, me: Viewer, user_id: str, confirm: str) -> web.StreamResponse:
+    """Forget a person once their email is typed back; the report of what went, in the page's language.
+    The audit event (Tenancy's) names the pseudonym, never the email: no form fields go with it."""
+    from llmgw.store.people import FORGET_PARTS
+
+    portal = portal_of(request)
+    person = await portal.store.get_user(user_id)
+    if person is not None and user_id == me.user.id:
+        return await _people_page(request, status=400, problem="admin.refused", detail="you cannot forget yourself")
+    if person is not None and confirm.strip().lower() != person.email:
+        return await _people_page(request, status=400, problem="admin.forget_mismatch")
+    # Signed out first, the way the portal ends a session (its chat key revoked with it); counted in the report.
+    closed = await portal.sessions.close_all(user_id) if person is not None else []
+    report = await portal.tenancy(me.user.email).forget_user(user_id)
+    removed = None
+    if report is not None and not report.already_forgotten:
+        counts = {name: getattr(report, name) for name, _ in FORGET_PARTS}
+        counts["sessions"] += len(closed)
+        removed = list(counts.items())
+    return await portal.render(request, "admin_forgotten.html", removed=removed,
+                               pseudonym=report.pseudonym if report else "", section="people")
 
 
 # ---- the organization tree and its limits --------------------------------------------------------

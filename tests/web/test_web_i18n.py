@@ -9,6 +9,7 @@ from importlib import resources
 
 import pytest
 
+from llmgw.store.people import FORGET_PARTS
 from llmgw.web import i18n
 
 from .conftest import Site
@@ -30,6 +31,7 @@ DYNAMIC = {
     "usage.by_": ["org", "project", "user", "model"],
     "signin.": ["pending", "suspended"],
     "password.": ["short", "long", "email"],
+    "forget.": [name for name, _ in FORGET_PARTS],
 }
 _TEXT_ATTRS = re.compile(r'\s(?:placeholder|title|aria-label|alt|data-confirm|data-msg-[a-z-]+)="([^"]*)"')
 
