@@ -35,7 +35,8 @@ the one asked for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -165,6 +166,8 @@ class GatewayMetrics:
                                    ["route"], registry=reg)
         self._live = _LiveCollector()
         reg.register(self._live)
+        #: coroutines awaited before each scrape, for what can only be read asynchronously (the store's replication)
+        self.before_scrape: list[Callable[[], Awaitable[None]]] = []
 
     def bind(self, *, queue_depths: Callable[[], Iterable[tuple[str, str, int]]] | None = None,
              replicas: Callable[[], Iterable] | None = None,
@@ -221,6 +224,14 @@ class GatewayMetrics:
 
     def queued(self, model: str, band: str, seconds: float) -> None:
         self.queue_wait.labels(model, band).observe(seconds)
+
+    async def refresh(self, timeout: float = 2.0) -> None:
+        """Await each before_scrape reader, none longer than `timeout`; a failing one leaves its last values."""
+        for read in self.before_scrape:
+            try:
+                await asyncio.wait_for(read(), timeout)
+            except Exception:  # noqa: BLE001 - a scrape answers with what the others have
+                pass
 
     def exposition(self, accept: str | None = None) -> bytes:
         return render(self.registry, accept)[0]

@@ -175,6 +175,11 @@ async def _owned_parts(config: ServerConfig, given_store: Store | None, app: web
                 from llmgw.accounting.store_metrics import StoreWriteCollector
 
                 gateway.metrics.registry.register(StoreWriteCollector(store, gateway.accountant))
+                from llmgw.obs.store_metrics import StoreCollector
+
+                store_collector = StoreCollector(store)  # transaction times, the pool, the replication
+                gateway.metrics.registry.register(store_collector)
+                gateway.metrics.before_scrape.append(store_collector.refresh)
         yield
     finally:
         for part in reversed(started):
@@ -218,6 +223,7 @@ def make_metrics_app(metrics: GatewayMetrics) -> web.Application:
     """`GET /metrics` and nothing else, for metrics_listen."""
 
     async def exposition(request: web.Request) -> web.Response:
+        await metrics.refresh()  # what is read asynchronously (the store's replication), a few seconds old at most
         body, content_type = metrics.render(request.headers.get("Accept"))  # OpenMetrics when asked for
         return web.Response(body=body, headers={"Content-Type": content_type})
 

@@ -160,6 +160,15 @@ class SQLStoreBase(Store):
         self._schema_version = 0
         #: writes that failed for the store's sake (not a refusal of the input): llmgw_store_write_errors_total
         self.write_errors = 0
+        # Every transaction timed, by kind (llmgw_store_query_duration_seconds, llmgw/obs/store_metrics.py):
+        # the backends' own _read and _write, wrapped once here.
+        from llmgw.obs.store_metrics import QueryTimes
+
+        from .errors import Conflict, Invalid
+
+        self.query_times = QueryTimes()
+        self._read = self.query_times.timed("read", self._read, (Conflict, Invalid))  # type: ignore[method-assign]
+        self._write = self.query_times.timed("write", self._write, (Conflict, Invalid))  # type: ignore[method-assign]
 
     # ---- what a backend provides -------------------------------------------
 
