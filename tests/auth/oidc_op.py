@@ -36,6 +36,16 @@ from authlib.oidc.core import OpenIDCode, UserInfo  # noqa: E402
 from authlib.oidc.core.grants.code import OpenIDToken  # noqa: E402
 
 
+_KEYS: dict[int, RSAKey] = {}
+
+
+def signing_key(number: int) -> RSAKey:
+    """The provider's key number ``number`` (kid key-N), made once per test run: making RSA keys is slow."""
+    if number not in _KEYS:
+        _KEYS[number] = RSAKey.generate_key(2048, parameters={"kid": f"key-{number}", "use": "sig", "alg": "RS256"})
+    return _KEYS[number]
+
+
 @attrs.define
 class Client:
     client_id: str
@@ -147,7 +157,7 @@ class TestProvider:
         #: a tenth keeps the tests quick)
         self.device_interval = 0.1
         self.foreign_key: RSAKey | None = None
-        self.key = RSAKey.generate_key(2048, parameters={"kid": "key-1", "use": "sig", "alg": "RS256"})
+        self.key = signing_key(1)
         self.key_number = 1
         self.runner: web.AppRunner | None = None
         self.server = self._server()
@@ -159,8 +169,7 @@ class TestProvider:
 
     def rotate(self) -> None:
         self.key_number += 1
-        self.key = RSAKey.generate_key(2048, parameters={"kid": f"key-{self.key_number}", "use": "sig",
-                                                         "alg": "RS256"})
+        self.key = signing_key(self.key_number)
 
     # ---- authlib's server, wired to this object's dicts --------------------------------
 

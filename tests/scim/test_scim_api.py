@@ -204,3 +204,11 @@ def test_org_scim_token_prints_a_token_that_works(tmp_path, capsys):
     assert main(["org", "scim-token", "acme", "--revoke", "--store", db]) in (0, None)
     assert "removed" in capsys.readouterr().out
     assert asyncio.run(org_of()) is None
+
+
+async def test_a_group_holding_projects_is_not_removed(scim_site, http):
+    status, group, _ = await call(http, scim_site, "POST", "/Groups", {"schemas": [GROUP], "displayName": "search"})
+    await scim_site.server.app[PORTAL].tenancy("test").create("acme/search/indexer")
+    status, body, _ = await call(http, scim_site, "DELETE", f"/Groups/{group['id']}")
+    assert status == 409 and "cannot be removed" in body["detail"]
+    assert (await call(http, scim_site, "GET", f"/Groups/{group['id']}"))[0] == 200

@@ -7,7 +7,7 @@ import time
 import pytest
 from joserfc.jwk import RSAKey
 
-from auth.oidc_op import TestProvider
+from auth.oidc_op import TestProvider, signing_key
 
 from .conftest import stop_site
 from .sso_site import sign_in_through, start_sso_site
@@ -101,7 +101,8 @@ async def test_a_wrong_id_token_is_refused(sso, op, changes, reason):
 
 
 async def test_a_token_signed_by_another_key_is_refused(sso, op):
-    op.foreign_key = RSAKey.generate_key(2048, parameters={"kid": op.key.kid})
+    other = signing_key(99)  # a key of the right shape that the provider does not publish
+    op.foreign_key = RSAKey.import_key(other.as_dict(private=True) | {"kid": op.key.kid})
     browser = await sso.browser()
     page = await sign_in_through(browser, "ayse")
     assert page.status == 401 and "signature" in page.text
@@ -136,7 +137,7 @@ async def test_a_token_naming_a_key_the_provider_does_not_publish_is_refused(sso
     from llmgw.web.pages_sso import PROVIDER
 
     sso.app[PROVIDER].jwks_min_interval = 0
-    op.foreign_key = RSAKey.generate_key(2048, parameters={"kid": "not-published"})
+    op.foreign_key = RSAKey.import_key(signing_key(99).as_dict(private=True) | {"kid": "not-published"})
     browser = await sso.browser()
     page = await sign_in_through(browser, "ayse")
     assert page.status == 401 and "does not publish" in page.text
@@ -170,3 +171,32 @@ async def test_no_passwords_signs_in_through_the_provider_only(engine, tmp_path,
         assert (await sign_in_through(browser, "ayse")).status == 200
     finally:
         await stop_site(site)
+
+
+async def test_an_unverified_address_is_refused(sso, op):
+    op.people["ayse"]["email_verified"] = False
+    browser = await sso.browser()
+    page = await sign_in_through(browser, "ayse")
+    assert page.status == 401 and "not verified" in page.text
+    assert await sso.store.get_user_by_email("ayse@acme.com") is None
+
+
+async def test_a_rules_organization_is_made_when_missing(engine, tmp_path, op):
+    rules = [{"claim": "email", "suffix": "@acme.com", "org": "newco"}]
+    site = await start_sso_site(engine, str(tmp_path / "org.db"), op, oidc={"rules": rules})
+    try:
+        assert (await sign_in_through(await site.browser(), "ayse")).status == 200
+        newco = await site.store.get_org_by_name("newco")
+        user = await site.store.get_user_by_email("ayse@acme.com")
+        assert newco is not None and user.role == "none"  # no rule gives roles: left as it is
+        assert ("org", newco.id) in {(m.scope_kind, m.scope_id)
+                                     for m in await site.store.list_memberships(user_id=user.id)}
+    finally:
+        await stop_site(site)
+
+
+async def test_an_account_waiting_for_approval_is_refused(sso):
+    await sso.portal.tenancy("test").create_user("ayse@acme.com", "Ayşe", state="pending")
+    browser = await sso.browser()
+    page = await sign_in_through(browser, "ayse")
+    assert page.status == 403 and "approval" in page.text
