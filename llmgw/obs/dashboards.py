@@ -119,8 +119,9 @@ _REPLICAS = Row("Replicas and queues", (
            Query("sum by (model, replica) (llmgw_replica_engine_waiting)", "{{replica}} waiting in the engine")),
           "What this gateway has sent each replica and not had back, and what the engine says waits in it."),
     Panel("Waiting for room, by band", "timeseries", "short",
-          (Query("sum by (model, band) (llmgw_queue_depth)", "{{model}} {{band}}"),),
-          "Requests held by admission because every replica of their model is full."),
+          (Query("sum by (model, band) (llmgw_queue_depth) or vector(0)", "{{model}} {{band}}"),),
+          "Requests held by admission because every replica of their model is full (a model's queue is listed "
+          "once something has waited in it)."),
     Panel("Wait for room, p95", "timeseries", "s",
           (Query(_p95("llmgw_queue_wait_seconds", "model, band"), "{{model}} {{band}}"),),
           "How long requests waited for a replica (QueueWaitLong alerts past 5 s)."),
@@ -132,10 +133,6 @@ _REPLICAS = Row("Replicas and queues", (
 ))
 
 _STORE = Row("Store and notifications", (
-    Panel("Store query time, p95", "timeseries", "s",
-          (Query("histogram_quantile(0.95, sum by (kind, le) "
-                 "(rate(llmgw_store_query_duration_seconds_bucket[5m])))", "{{kind}}"),),
-          "How long the store takes to read and write (StoreSlow past 0.5 s)."),
     Panel("Store query failures", "timeseries", "short",
           (Query("sum by (kind) (increase(llmgw_store_query_errors_total[10m])) or vector(0)", "{{kind}}"),),
           "Queries the store failed in ten minutes (StoreQueryErrors)."),
@@ -220,9 +217,8 @@ _GPUS = Row("GPUs", (
           "Cards by health: ok, degraded, failed (GPUFailed). Placement keeps replicas off what is not ok."),
     Panel("GPU errors", "timeseries", "short",
           (Query("sum by (node, gpu) (llmgw_gpu_ecc_errors)", "{{node}} {{gpu}} ECC"),
-           Query("sum by (node, gpu) (llmgw_gpu_xid_errors)", "{{node}} {{gpu}} XID"),
-           Query("sum by (node, gpu) (increase(llmgw_gpu_pcie_replays_total[1h]))", "{{node}} {{gpu}} PCIe replays")),
-          "Uncorrected ECC errors, XID codes of the last 15 minutes and PCIe replays in an hour, by card."),
+           Query("sum by (node, gpu) (llmgw_gpu_xid_errors)", "{{node}} {{gpu}} XID")),
+          "Uncorrected ECC errors since the driver loaded, and XID codes of the last 15 minutes, by card."),
 ))
 
 _MIRROR = Row("Mirror", (
