@@ -74,6 +74,9 @@ def register(sub) -> None:
     p.add_argument("user", metavar="USER")
     p.add_argument("path", metavar="PATH")
     register_leaf(p, run_users_remove_member)
+    from llmgw.cli.ctl_data import register_forget
+
+    register_forget(cmds)
 
     cmds = _group(sub, "keys", "API keys through the admin API: list, create, revoke, rotate.")
     p = cmds.add_parser("list", help="Keys, newest first.", description="Keys of a project or person, newest first.")
@@ -128,6 +131,10 @@ def register(sub) -> None:
     choice.add_argument("size", metavar="SIZE", nargs="?", help="the quota, like 50GiB or 500MB; 0 is no limit")
     choice.add_argument("--default", action="store_true", help="use the server's quota again")
     register_leaf(p, run_storage_quota)
+
+    from llmgw.cli import ctl_data
+
+    ctl_data.register(sub)  # residency and key lifetime caps
 
 
 def _out(args: argparse.Namespace, value: Any, line: str) -> int:
