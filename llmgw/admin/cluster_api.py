@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from llmgw.admin.facility_types import FacilityHold, FacilityReport, HoldCreate
 from llmgw.admin.cluster_types import (
     ClusterStatus,
     JobInfo,
@@ -120,6 +121,15 @@ class Cluster(Protocol):
 
     async def set_labels(self, node_id: str, labels: Mapping[str, str | None], *, actor: str) -> NodeInfo:
         """Set labels (a None value takes one off), kept across the node's re-registrations."""
+
+    async def facility(self) -> FacilityReport:
+        """Every domain (racks, PDUs, rows, rooms, sites) with its nodes, hold and power, and every hold."""
+
+    async def hold(self, body: HoldCreate, *, actor: str) -> FacilityHold:
+        """Keep a domain free of new replicas (ClusterInvalid names the field when the ask is wrong)."""
+
+    async def release(self, domain: str, *, actor: str) -> FacilityHold:
+        """Take a domain's hold off (ClusterNotFound: none)."""
 
     async def node_logs(self, node_id: str, *, replica: str, lines: int) -> list[str]:
         """The last `lines` lines of the node's agent log (or of `replica`'s engine log there), oldest first,

@@ -18,6 +18,7 @@ from aiohttp import web
 from llmgw.admin import handlers_backup as hb
 from llmgw.admin import handlers_cluster as hc
 from llmgw.admin import handlers_engines as he
+from llmgw.admin import handlers_facility as hf
 from llmgw.admin import handlers_join as hj
 from llmgw.admin import handlers_logs as hl
 from llmgw.admin import handlers_notify as hn
@@ -65,6 +66,7 @@ from llmgw.admin.cluster_types import (
     ScaleChange,
 )
 from llmgw.admin.backup_types import BackupList, BackupMade
+from llmgw.admin.facility_types import DOMAIN_PATTERN, FacilityHold, FacilityReport, HoldCreate
 from llmgw.admin.engine_types import EngineInstallRequest, EngineInstallStarted, EngineList, EngineQuery
 from llmgw.admin.join_types import JoinCodeCreate, JoinCodeInfo, JoinCodeIssued, JoinCodeList
 from llmgw.admin.notify_types import NotifyTestRequest, NotifyTestResult
@@ -152,6 +154,15 @@ ROUTES: tuple[Route, ...] = (
     Route(method="PATCH", path="/nodes/{node}/labels", handler=hc.set_node_labels, tag="cluster",
           response=NodeInfo, request=NodeLabels, params=NODE, action="nodes.labels", target="node:{node}",
           summary="Set or take off a node's labels"),
+    Route(method="GET", path="/facility", handler=hf.get_facility, tag="cluster", response=FacilityReport,
+          summary="Racks, PDUs and their power, and the holds"),
+    Route(method="POST", path="/facility/holds", handler=hf.create_hold, tag="cluster", response=FacilityHold,
+          request=HoldCreate, status=201, action="facility.hold", target="domain:{domain}",
+          summary="Keep a node, rack, PDU or card free"),
+    Route(method="DELETE", path="/facility/holds/{domain}", handler=hf.delete_hold, tag="cluster",
+          response=FacilityHold, params={"domain": Param("The held domain, like rack:r12-07 or card:gpu01:3.",
+                                                          {"pattern": DOMAIN_PATTERN})},
+          action="facility.release", target="domain:{domain}", summary="Release a hold"),
     Route(method="GET", path="/nodes/{node}/logs", handler=hl.get_node_logs, tag="cluster", response=NodeLog,
           query=NodeLogQuery, params=NODE, summary="Read a node's agent log, or a replica's engine log"),
     Route(method="GET", path="/engines", handler=he.list_engines, tag="cluster", response=EngineList,

@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from llmgw.admin.facility_types import FacilityDomain, FacilityHold, FacilityReport, HoldCreate
 from llmgw.admin.cluster_api import ClusterConflict, ClusterInvalid, ClusterNotFound
 from llmgw.admin.engine_types import EngineInstallStarted, EngineRow
 from llmgw.admin.cluster_types import (
@@ -187,6 +188,43 @@ class FakeCluster:
                 merged.pop(k, None)
         self._nodes[node_id] = attrs.evolve(node, labels=merged)
         return self._nodes[node_id]
+
+    async def facility(self) -> FacilityReport:
+        from llmgw.control.facility import domains_of
+
+        members: dict[str, list[str]] = {}
+        for node in self._nodes.values():
+            for domain in domains_of(node.id, node.labels)[:-1]:
+                members.setdefault(domain, []).append(node.id)
+        holds = getattr(self, "_holds", {})
+        return FacilityReport(
+            domains=[FacilityDomain(domain=d, nodes=sorted(n), held=holds[d].reason if d in holds else "")
+                     for d, n in sorted(members.items())],
+            holds=list(holds.values()))
+
+    async def hold(self, body: HoldCreate, *, actor: str) -> FacilityHold:
+        import datetime as _dt
+        import time as _time
+
+        from llmgw.control.facility import future_time, parse_domain
+
+        try:
+            parse_domain(body.domain)
+            until = future_time(body.until, _time.time()) if body.until is not None else None
+        except ValueError as exc:
+            raise ClusterInvalid(str(exc), [str(exc)]) from None
+        iso = _dt.datetime.fromtimestamp(until, _dt.timezone.utc).isoformat() if until is not None else None
+        self.calls.append(("hold", (body.domain, body.reason, actor)))
+        self._holds = {**getattr(self, "_holds", {}), body.domain: FacilityHold(
+            domain=body.domain, reason=body.reason, until=iso, drain=body.drain, actor=actor)}
+        return self._holds[body.domain]
+
+    async def release(self, domain: str, *, actor: str) -> FacilityHold:
+        holds = getattr(self, "_holds", {})
+        if domain not in holds:
+            raise ClusterNotFound(f"{domain} is not held (GET /api/v1/facility lists the holds)")
+        self.calls.append(("release", (domain, actor)))
+        return attrs.evolve(holds.pop(domain), active=False)
 
     async def node_logs(self, node_id: str, *, replica: str, lines: int) -> list[str]:
         node = self._node(node_id)

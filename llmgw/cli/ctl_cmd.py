@@ -17,8 +17,8 @@ from llmgw.cli import ctl_server_config
 from llmgw.cli import ctl_backup
 from llmgw.cli import ctl_notify
 from llmgw.cli import ctl_engines
+from llmgw.cli import ctl_facility
 from llmgw.cli import ctl_monitoring
-from llmgw.cli import ctl_signin
 
 HELP = "Drive a running control plane through its admin API (every operation, --json)."
 DESCRIPTION = (
@@ -34,6 +34,7 @@ def register(sub) -> None:
     parser.set_defaults(handler=_usage(parser))
     ctl_sub = parser.add_subparsers(dest="ctl_command", metavar="COMMAND")
     ctl_cluster.register(ctl_sub)
+    ctl_facility.register(ctl_sub)
     ctl_jobs.register(ctl_sub)
     ctl_engines.register(ctl_sub)
     ctl_ops.register(ctl_sub)
@@ -44,7 +45,6 @@ def register(sub) -> None:
     ctl_cert.register(ctl_sub)
     ctl_guard.register(ctl_sub)
     ctl_monitoring.register(ctl_sub)
-    ctl_signin.register(ctl_sub)
 
 
 def _usage(parser: argparse.ArgumentParser):

@@ -43,8 +43,10 @@ from llmgw.admin.cluster_types import (
     ScaleChange,
     ScalingInfo,
 )
+from llmgw.admin.facility_types import FacilityDomain, FacilityHold, FacilityReport, HoldCreate
 from llmgw.admin.fields import UNSET
 from llmgw.control.catalog import CatalogError, UnknownModel, model_to_spec
+from llmgw.control.facility import future_time
 from llmgw.control.admin_engines import AdminEngines
 from llmgw.control.jobs import Job
 from llmgw.control.node_logs import NodeNotAnswering, NodeNotConnected, UnknownNode
@@ -192,6 +194,34 @@ class AdminCluster(AdminEngines):
         self._need_node(plane, node_id)
         await plane.set_labels(node_id, labels, actor=actor, audit=False)
         return self._node_info(plane, node_id)
+
+    async def facility(self) -> FacilityReport:
+        info = self._leader().facility()
+        return FacilityReport(domains=[FacilityDomain(**d) for d in info["domains"]],
+                              holds=[_hold(h) for h in info["holds"]])
+
+    async def hold(self, body: HoldCreate, *, actor: str) -> FacilityHold:
+        plane = self._leader()
+        until = None
+        if body.until is not None:
+            try:
+                until = future_time(body.until, plane.reconciler.wall_clock())
+            except ValueError as exc:
+                raise ClusterInvalid(f"until: {exc}", [f"until: {exc}"]) from None
+        try:
+            hold = await plane.hold(body.domain, body.reason, until=until, drain=body.drain, actor=actor,
+                                    audit=False)
+        except ValueError as exc:  # each names its field
+            raise ClusterInvalid(str(exc), [str(exc)]) from None
+        return _hold({**hold.to_json(), "active": True})
+
+    async def release(self, domain: str, *, actor: str) -> FacilityHold:
+        plane = self._leader()
+        try:
+            hold = await plane.release(domain, actor=actor, audit=False)
+        except KeyError:
+            raise ClusterNotFound(f"{domain} is not held (GET /api/v1/facility lists the holds)") from None
+        return _hold({**hold.to_json(), "active": False})
 
     async def node_logs(self, node_id: str, *, replica: str, lines: int) -> list[str]:
         plane = self._plane()
@@ -348,3 +378,11 @@ class AdminCluster(AdminEngines):
 
 
 __all__ = ["AdminCluster"]
+
+
+def _hold(info: Mapping[str, Any]) -> FacilityHold:
+    def iso(epoch: float | None) -> str | None:
+        return None if epoch is None else dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat()
+
+    return FacilityHold(domain=info["domain"], reason=info["reason"], until=iso(info["until"]), drain=info["drain"],
+                        actor=info["actor"], since=iso(info["since"]) or "", active=info["active"])

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from llmgw.control.inventory import Node
-from llmgw.control.placement import Decision, has_engine, place
+from llmgw.control.placement import Decision, has_engine
 from llmgw.obs import logs
 from llmgw.wire.messages import EngineInstalled, EngineStatus, EngineWant, Provision
 
@@ -180,8 +180,7 @@ class EngineProvisioning(_Base):
                 nodes.append(node)
         if not changed:
             return None
-        decision = place(model.config, nodes, self._holdings(), engines=self.engines,
-                         quotas=self.quotas, preempt=False)
+        decision = self._place(model, nodes, self._holdings(), quotas=self.quotas, preempt=False)
         placement = decision.placement
         if placement is None or placement.node not in changed:
             return None

@@ -33,6 +33,16 @@ from llmgw.config.validate import split_address
 from llmgw.control.catalog import Catalog, CatalogModel
 from llmgw.control.engine_keys import load_engine_keys
 from llmgw.control.explain import explain, explain_text
+from llmgw.control.facility import (
+    HOLDS_SETTING,
+    Hold,
+    PowerBook,
+    card_of,
+    domains_of,
+    holds_from_setting,
+    node_hold,
+    parse_domain,
+)
 from llmgw.control.inventory import Inventory
 from llmgw.control.jobs import Job, Jobs
 from llmgw.control.join_codes import JoinCodes
@@ -174,6 +184,7 @@ class ControlPlane:
         self.reconciler = Reconciler(
             self.config.control, self.catalog, self.inventory, EndpointLink(self.endpoint), self.replicas, keys,
             engines=self.engines, observer=ObserverFanOut(self.jobs, self.metrics), notify=self.notify,
+            facility=self.config.facility,
         )
         self.reconciler.active = False
         self.reconciler.inactive_reason = "this control plane is a standby"
@@ -226,8 +237,10 @@ class ControlPlane:
                         str(node): {str(k): str(v) for k, v in values.items()}
                         for node, values in labels.value.items() if isinstance(values, dict)
                     })
+                holds = await self.store.get_setting(HOLDS_SETTING)
+                rec.holds = holds_from_setting(holds.value) if holds is not None else {}
             except Exception as exc:  # noqa: BLE001 - leading matters more than cordons and labels
-                log.warning("cordons and labels not read back: %s", exc)
+                log.warning("cordons, labels and facility holds not read back: %s", exc)
             rec.active = True
             rec.inactive_reason = ""
             previous = self.leadership.previous_holder
@@ -429,6 +442,78 @@ class ControlPlane:
         self.inventory.set_labels(node_id, dict(labels))
         self._rec().kick()
         await self._save_nodes(actor, "nodes.label", node_id, {"labels": dict(labels)}, audit)
+
+    # ---------------------------------------------------------------- the facility (facility.py)
+
+    async def hold(self, domain: str, reason: str, *, until: float | None = None, drain: bool = False,
+                   actor: str, audit: bool = True) -> Hold:
+        """Keep a domain (node:, rack:, pdu:, row:, room:, site: or card:NODE:INDEX) free of new replicas until
+        released or `until` (epoch seconds); `drain` moves what runs there too. ValueError names the field."""
+        rec = self._rec()
+        try:
+            domain = parse_domain(domain)
+        except ValueError as exc:
+            raise ValueError(f"domain: {exc}") from None
+        reason = " ".join(str(reason).split())
+        if not reason:
+            raise ValueError("reason: say why it is held (it is shown wherever the hold keeps work out)")
+        now = rec.wall_clock()
+        if until is not None and until <= now:
+            raise ValueError("until: that time has passed; give a time to come")
+        if drain and card_of(domain) is not None:
+            raise ValueError("drain: a card's hold cannot drain (drain its node: node:NAME)")
+        hold = Hold(domain, reason, until, drain, actor, now)
+        holds = {**rec.holds, domain: hold}
+        await self.store.set_setting(HOLDS_SETTING, [h.to_json() for h in holds.values()], actor=actor)
+        rec.holds = holds
+        if drain:
+            for node in self.inventory.nodes():
+                if node.connected and node_hold({domain: hold}, node.id, node.labels, now) is not None:
+                    rec.drain(node.id, hold.words())
+        rec.kick()
+        if audit:
+            await self.store.append_audit(actor, "facility.hold", f"domain:{domain}", hold.to_json())
+        return hold
+
+    async def release(self, domain: str, *, actor: str, audit: bool = True) -> Hold:
+        """Take a hold off (KeyError: none); a drain it began stops, what has moved stays moved."""
+        rec = self._rec()
+        hold = rec.holds.get(domain)
+        if hold is None:
+            raise KeyError(domain)
+        holds = {d: h for d, h in rec.holds.items() if d != domain}
+        await self.store.set_setting(HOLDS_SETTING, [h.to_json() for h in holds.values()], actor=actor)
+        rec.holds = holds
+        for node in self.inventory.nodes():
+            if node.draining and node.cordon_reason == hold.words():
+                rec.uncordon(node.id)
+        rec.kick()
+        if audit:
+            await self.store.append_audit(actor, "facility.release", f"domain:{domain}", {"reason": hold.reason})
+        return hold
+
+    def facility(self) -> dict[str, Any]:
+        """Every domain the nodes' labels name or a budget gives, with its nodes, hold and power, and the holds."""
+        rec = self._rec()
+        now = rec.wall_clock()
+        nodes = self.inventory.nodes()
+        book = PowerBook(rec.facility, nodes, rec._holdings())
+        members: dict[str, list[str]] = {d: [] for d in book.budgets}
+        for node in nodes:
+            for domain in domains_of(node.id, node.labels)[:-1]:
+                members.setdefault(domain, []).append(node.id)
+        domains = []
+        for domain in sorted(members):
+            hold = rec.holds.get(domain)
+            entry: dict[str, Any] = {"domain": domain, "nodes": sorted(members[domain]),
+                                     "held": hold.words() if hold is not None and hold.active(now) else ""}
+            if domain in book.budgets:
+                use = book.use(domain)
+                entry.update(cap_watts=use.cap, limit_watts=round(use.limit), in_use_watts=round(use.placed),
+                             measured_watts=round(use.measured))
+            domains.append(entry)
+        holds = [{**h.to_json(), "active": h.active(now)} for h in sorted(rec.holds.values(), key=lambda h: h.domain)]
+        return {"domains": domains, "holds": holds}
 
     async def remove_node(self, node_id: str, *, actor: str, audit: bool = True) -> None:
         """Forget a node with no replicas and revoke its agent's certificate, as when it leaves by itself, so
