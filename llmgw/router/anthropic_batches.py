@@ -48,6 +48,8 @@ COUNT_KEY = "llmgw_message_requests"
 #: Batches read from the store at most to find a page of message batches.
 SCAN_AT_MOST = 5000
 _ENDED = ("completed", "failed", "expired", "cancelled")
+#: A host (and port) as a forwarding proxy may name it.
+_HOST = re.compile(r"[A-Za-z0-9.\-\[\]:]{1,255}")
 
 
 def _iso(t: dt.datetime | None) -> str | None:
@@ -74,9 +76,15 @@ async def _counts(request: web.Request, b: Batch) -> dict[str, int]:
 
 
 def _results_url(request: web.Request, b: Batch) -> str | None:
+    """Where an ended batch's results are: this gateway as the client reached it (a proxy in front
+    saying so with X-Forwarded-Proto and X-Forwarded-Host)."""
     if processing_status(b) != "ended":
         return None
-    return str(request.url.with_path(f"/v1/messages/batches/{b.id}/results").with_query(None))
+    scheme = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip() or request.scheme
+    host = request.headers.get("X-Forwarded-Host", "").split(",")[0].strip() or request.host
+    if scheme not in ("http", "https") or not _HOST.fullmatch(host):
+        scheme, host = request.scheme, request.host
+    return f"{scheme}://{host}/v1/messages/batches/{b.id}/results"
 
 
 async def batch_object(request: web.Request, b: Batch) -> dict[str, Any]:

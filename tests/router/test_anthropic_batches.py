@@ -29,7 +29,7 @@ async def until_ended(c: anthropic.AsyncAnthropic, batch_id: str):
     return await wait_for(ended, timeout=30, every=0.1)
 
 
-async def test_a_message_batch_runs_and_its_results_come_as_anthropic_lines(stored_gateway, sim):
+async def test_a_message_batch_runs_and_its_results_come_as_anthropic_lines(stored_gateway, sim, http):
     engine = await sim(models=["m"])
     sg = await stored_gateway([model("m", engine)])
     c = client(sg)
@@ -42,6 +42,10 @@ async def test_a_message_batch_runs_and_its_results_come_as_anthropic_lines(stor
     counts = done.request_counts
     assert (counts.succeeded, counts.errored, counts.canceled, counts.expired, counts.processing) == (5, 1, 0, 0, 0)
     assert done.ended_at is not None and done.results_url.endswith(f"/v1/messages/batches/{batch.id}/results")
+    async with http.get(f"{sg.url}/v1/messages/batches/{batch.id}", headers={
+            "x-api-key": "sk-a", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "llm.example.com"}) as behind:
+        url = (await behind.json())["results_url"]
+    assert url == f"https://llm.example.com/v1/messages/batches/{batch.id}/results", "as the proxy says"
     results = {r.custom_id: r.result async for r in await c.messages.batches.results(batch.id)}
     assert sorted(results) == [f"q-{i}" for i in range(6)]
     ok = results["q-0"]
