@@ -79,6 +79,8 @@ class Accountant:
         self.budgets = BudgetBook(
             store, refresh_interval=budget_refresh, clock=clock, monotonic=monotonic, currency=self.prices.currency
         )
+        # Budget events: when a share of a budget is spent (budgets.notify_at), besides its refusals.
+        self.budgets.notify_at = tuple(sorted(set(config.budgets.notify_at)))
         acc = config.accounting
         self.usage = UsageWriter(
             store,

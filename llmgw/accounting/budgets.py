@@ -14,6 +14,13 @@ at the model's price) on every budgeted level until it is settled, and
 admits only while ``spent + held + worst case`` fits the budget. The check
 and the hold happen without an ``await`` between them, so concurrent
 requests on one event loop cannot together overshoot.
+
+A budget tells someone (``notify``: the notifier's ``emit``; ``count_event``:
+``llmgw_budget_events_total``) when it refuses a request because it is spent
+or what is left cannot cover the request (``refused``), and when its spend
+crosses one of ``notify_at``'s shares (``0.8``). Each is told once per scope,
+period and threshold: the store's ``claim_budget_notice`` says whether it
+was told already, by this process before a restart or by another gateway.
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ class BudgetState:
     fresh: bool = False  # the last read of the store succeeded
     used_at: float = 0.0
     refreshing: bool = False
+    budget: int | None = None  # the budget last checked against (None: never checked in this process)
+    told: set[str] = attrs.Factory(set)  # thresholds told (or being told) this period: "0.8", "refused"
     ready: asyncio.Future | None = attrs.field(default=None, repr=False)
 
     @property
@@ -127,7 +136,10 @@ class BudgetBook:
         self._swept = monotonic()
         #: told when a budget is spent (llmgw.notify: the notifier's emit); None tells no one
         self.notify: Callable[[Any], object] | None = None
-        self._told: dict[tuple[str, str, str], dt.datetime] = {}  # (kind, id, period) -> period start told
+        #: counts each budget event told, by (scope kind, threshold): llmgw_budget_events_total; None: none
+        self.count_event: Callable[[str, str], None] | None = None
+        #: shares of a budget whose crossing is told (budgets.notify_at), lowest first
+        self.notify_at: tuple[float, ...] = ()
         #: the cost of rows not yet in the store for (kind, id, start, end): the usage writer's pending_spend
         self.pending: Callable[[str, str, dt.datetime, dt.datetime], int] | None = None
         #: held while the store is read and ``pending`` added: the usage writer's, so no batch is half-way
@@ -218,6 +230,9 @@ class BudgetBook:
     def check(self, levels: Iterable[tuple[BudgetState, int]], worst: int) -> None:
         """Raise LimitExceeded for the first (state, budget) that cannot hold ``worst`` more."""
         for st, budget in levels:
+            st.budget = budget
+            if self.notify_at:
+                self._crossed(st)
             if st.spent + st.held + worst <= budget:
                 continue
             raise self._refusal(st, budget, worst)
@@ -243,22 +258,50 @@ class BudgetBook:
                 st = self._states.get((kind, scope_id, period))
                 if st is not None and st.start <= now < st.end:
                     st.spent += cost
+                    if self.notify_at and st.budget is not None:
+                        self._crossed(st)
 
     def report(self, st: BudgetState, budget: int | None) -> LevelSpend:
         return LevelSpend(st.scope_kind, st.scope_id, st.period, st.start, st.end, st.spent, st.held, budget)
 
-    def _tell_spent(self, st: BudgetState, budget: int) -> None:
-        """Say, once per scope and period in this process, that a budget is spent."""
-        key = (st.scope_kind, st.scope_id, st.period)
-        if self.notify is None or self._told.get(key) == st.start:
+    # ---- telling (once per scope, period and threshold) ---------------------
+
+    def _crossed(self, st: BudgetState) -> None:
+        """Tell each share of ``notify_at`` the spend has reached and that is not told yet this period."""
+        budget = st.budget
+        if not budget or budget <= 0:
             return
-        self._told[key] = st.start
+        for share in self.notify_at:
+            label = f"{share:g}"
+            if st.spent >= share * budget and label not in st.told:
+                self._tell(st, budget, label, share=share)
+
+    def _tell(self, st: BudgetState, budget: int, label: str, *, share: float | None = None) -> None:
+        """Tell one event of ``st``'s period (``label``: a share, or ``refused``), unless told already."""
+        if label in st.told or (self.notify is None and self.count_event is None):
+            return
+        st.told.add(label)
+        self._spawn(self._announce(st, budget, label, share, spent=st.spent))
+
+    async def _announce(self, st: BudgetState, budget: int, label: str, share: float | None, *, spent: int) -> None:
+        claim = getattr(self.store, "claim_budget_notice", None)
+        if claim is not None:
+            try:
+                if not await claim(st.scope_kind, st.scope_id, st.period, st.start, label):
+                    return  # told already: before a restart, or by another gateway
+            except Exception as exc:  # noqa: BLE001 - a store that fails: tell it, rather than stay silent
+                log.warning("could not record a budget event as told; telling it anyway: %s", exc,
+                            extra={"fields": {"scope": st.scope, "period": st.period, "threshold": label}})
         from llmgw.notify.events import budget_spent
 
         try:
-            self.notify(budget_spent(st.scope_kind, st.scope_id, period=st.period,
-                                     budget=format_money(budget, self.currency), budget_micros=budget,
-                                     renews_at=st.end))
+            if self.count_event is not None:
+                self.count_event(st.scope_kind, label)
+            if self.notify is not None:
+                self.notify(budget_spent(st.scope_kind, st.scope_id, period=st.period,
+                                         budget=format_money(budget, self.currency), budget_micros=budget,
+                                         renews_at=st.end, threshold=share, spent_micros=spent,
+                                         spent=format_money(spent, self.currency)))
         except Exception:  # noqa: BLE001 - telling someone must never refuse or fail a request
             log.exception("budget_spent not notified", extra={"fields": {"scope": st.scope}})
 
@@ -268,11 +311,12 @@ class BudgetBook:
         where = f"the {_WORDS.get(st.scope_kind, st.scope_kind)}'s {'daily' if st.period == 'day' else 'monthly'} budget"
         money = lambda m: format_money(m, self.currency)
         if st.spent >= budget:
-            self._tell_spent(st, budget)
+            self._tell(st, budget, "refused")
             message = f"{where} of {money(budget)} is spent; it renews at {st.end.strftime('%Y-%m-%d %H:%M UTC')}"
             return LimitExceeded("budget_exceeded", message, scope=st.scope, retry_after=until_next)
         left = budget - st.spent
         if worst > left:
+            self._tell(st, budget, "refused")
             message = (
                 f"this request could cost up to {money(worst)} and {where} has {money(left)} left;"
                 " ask for fewer tokens (max_tokens) or wait for it to renew"

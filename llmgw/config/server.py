@@ -47,6 +47,7 @@ __all__ = [
     "JudgeSpec",
     "GuardMode",
     "TracingConfig",
+    "BudgetsConfig",
 ]
 
 ModelClass = Literal["critical", "standard", "opportunistic"]
@@ -658,6 +659,16 @@ class TracingConfig:
 
 
 @attrs.frozen
+class BudgetsConfig:
+    """When budgets tell someone (notify's budget_spent event and llmgw_budget_events_total)."""
+
+    notify_at: list[float] = setting(
+        factory=list, doc=("Shares of a budget (above 0, below 1, like 0.8) whose crossing is told once per "
+                           "budget period, besides the refusal when it runs out.")
+    )
+
+
+@attrs.frozen
 class ServerConfig:
     """server.yaml: one control plane's listeners, certificates and store, and the cluster's settings."""
 
@@ -701,6 +712,7 @@ class ServerConfig:
     )
     notify: NotifyConfig = section(NotifyConfig, doc="Where events that need a person are sent.")
     prices: PricesConfig = section(PricesConfig, doc="What usage costs, for budgets and reports.")
+    budgets: BudgetsConfig = section(BudgetsConfig, doc="When a budget running low or out is told.")
     tracing: TracingConfig = section(TracingConfig, doc="Traces of client requests, sent to an OpenTelemetry collector.")
     models: list[ModelConfig] = setting(factory=list, doc="The models this file declares.")
 

@@ -172,6 +172,7 @@ def check_server(config: ServerConfig) -> list[Problem]:
     problems += _guard_judges(config)
     problems += _notify(config.notify)
     problems += _tracing(config)
+    problems += _budgets(config)
     if not config.prices.currency.strip():
         problems.append(Problem(("prices", "currency"), "empty; give a currency like USD or EUR"))
     problems += _models(config.models)
@@ -477,6 +478,20 @@ def _tracing(config: ServerConfig) -> list[Problem]:
                                 f"must be from 0 to 1 (the share of traces kept), got {tracing.sample_ratio:g}"))
     if not tracing.service_name.strip():
         problems.append(Problem(("tracing", "service_name"), "empty; give the name spans are filed under, like llmgw"))
+    return problems
+
+
+def _budgets(config: ServerConfig) -> list[Problem]:
+    problems = []
+    seen = set()
+    for index, share in enumerate(config.budgets.notify_at):
+        if not 0.0 < share < 1.0:
+            problems.append(Problem(("budgets", "notify_at", index),
+                                    f"must be above 0 and below 1 (0.8 is 80% of the budget), got {share:g}; "
+                                    "a budget running out is told anyway"))
+        elif share in seen:
+            problems.append(Problem(("budgets", "notify_at", index), f"{share:g} is given twice"))
+        seen.add(share)
     return problems
 
 

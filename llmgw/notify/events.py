@@ -10,7 +10,7 @@ a key, a prompt or an answer.
 |---|---|---|
 | `model_parked` | the model | the leader's reconciler, when a model failed every start |
 | `node_lost` | the node | the leader's reconciler, when a node's agent is silent past the heartbeat window |
-| `budget_spent` | the scope, like `team:…` | the gateway, when a budget refuses a request (once per period) |
+| `budget_spent` | the scope, like `team:…` | the gateway, when a budget refuses a request and when its spend crosses a share of `budgets.notify_at` (each once per period) |
 | `model_update_available` | the model | the leader's update checks, when its repository has new files |
 | `backup_failed` | `backup` | the admin API, when `POST /api/v1/backups` fails |
 | `test` | `notify` | `llmgw ctl notify test` (every sink takes it, whatever its `events`) |
@@ -67,18 +67,31 @@ def node_lost(node: str, *, silent_s: float, replicas: Sequence[tuple[str, str]]
 
 
 def budget_spent(scope_kind: str, scope_id: str, *, period: str, budget: str, budget_micros: int,
-                 renews_at: dt.datetime) -> Event:
-    """A budget is spent: requests to priced models under it are refused until it renews."""
+                 renews_at: dt.datetime, threshold: float | None = None, spent_micros: int | None = None,
+                 spent: str = "") -> Event:
+    """A budget refused a request (`threshold` None: it is spent, or what is left cannot cover the request),
+    or its spend crossed `threshold` (a share of it, budgets.notify_at)."""
     words = _SCOPE_WORDS.get(scope_kind, scope_kind)
     every = "daily" if period == "day" else "monthly"
     renews = renews_at.astimezone(dt.UTC)
-    return Event(
-        kind="budget_spent", subject=f"{scope_kind}:{scope_id}",
-        summary=(f"The {words}'s {every} budget of {budget} is spent ({scope_kind}:{scope_id}): requests to "
-                 f"priced models are refused until it renews at {renews.strftime('%Y-%m-%d %H:%M UTC')}."),
-        details={"scope": scope_kind, "scope_id": scope_id, "period": period, "budget": budget,
-                 "budget_micros": budget_micros, "renews_at": renews.isoformat().replace("+00:00", "Z")},
-    )
+    until = f"until it renews at {renews.strftime('%Y-%m-%d %H:%M UTC')}"
+    so_far = f"; {spent} spent" if spent else ""
+    if threshold is not None:
+        summary = (f"The {words}'s {every} budget of {budget} is {threshold:.0%} spent ({scope_kind}:{scope_id}"
+                   f"{so_far}): requests to priced models will be refused once it is all spent, {until}.")
+    elif spent_micros is not None and spent_micros < budget_micros:
+        summary = (f"The {words}'s {every} budget of {budget} refused a request ({scope_kind}:{scope_id}{so_far}): "
+                   f"what is left cannot cover what requests could cost; priced requests that do not fit are "
+                   f"refused {until}.")
+    else:
+        summary = (f"The {words}'s {every} budget of {budget} is spent ({scope_kind}:{scope_id}): requests to "
+                   f"priced models are refused {until}.")
+    details = {"scope": scope_kind, "scope_id": scope_id, "period": period, "budget": budget,
+               "budget_micros": budget_micros, "renews_at": renews.isoformat().replace("+00:00", "Z"),
+               "reason": "threshold" if threshold is not None else "refused", "threshold": threshold}
+    if spent_micros is not None:
+        details["spent_micros"] = spent_micros
+    return Event(kind="budget_spent", subject=f"{scope_kind}:{scope_id}", summary=summary, details=details)
 
 
 def model_update_available(model: str, *, source: str, repo: str, changed: Sequence[str],

@@ -165,7 +165,7 @@ class Notifier:
         self.deliveries = Counter(
             "llmgw_notifications", "Notifications by sink, event and outcome (sent, failed, dropped).",
             ["sink", "event", "outcome"], registry=registry if registry is not None else CollectorRegistry())
-        self._last: dict[tuple[str, str], float] = {}
+        self._last: dict[tuple[str, str, object], float] = {}
         self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=queue_size)
         self._task: asyncio.Task | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -183,7 +183,8 @@ class Notifier:
         targets = [t for t in self.targets if t.accepts(event.kind)]
         if not targets:
             return False
-        key = (event.kind, event.subject)
+        # A budget's 80% and its refusal are two events about one subject: the threshold tells them apart.
+        key = (event.kind, event.subject, event.details.get("threshold"))
         now = self.clock()
         last = self._last.get(key)
         if last is not None and now - last < self.repeat_after:
@@ -236,7 +237,8 @@ class Notifier:
             try:
                 answers = await self.deliver(event, [t for t in self.targets if t.accepts(event.kind)])
                 if answers and not any(a.ok for a in answers):
-                    self._last.pop((event.kind, event.subject), None)  # the next one like it is tried again
+                    # the next one like it is tried again
+                    self._last.pop((event.kind, event.subject, event.details.get("threshold")), None)
             except Exception:
                 log.exception("notification not sent", extra={"fields": {"event": event.kind}})
             finally:

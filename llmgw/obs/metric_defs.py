@@ -98,7 +98,15 @@ METRICS: tuple[MetricDef, ...] = tuple([
            ("llmgw_model_update_available", "gauge",
             "1 when the repository a served model came from has new files.", ("model",)),
            ("llmgw_notifications_total", "counter",
-            "Notifications by sink, event and outcome (sent, failed, dropped).", ("sink", "event", "outcome"))),
+            "Notifications by sink, event and outcome (sent, failed, dropped).", ("sink", "event", "outcome")),
+           ("llmgw_budget_spent_ratio", "gauge",
+            "A budget's spend this period over the budget (1 is all of it), by scope (org, team, project, "
+            "user), the scope's id as name, and period; for the budgets this gateway has checked a request "
+            "against this period.", ("scope", "name", "period")),
+           ("llmgw_budget_events_total", "counter",
+            "Budget events told, once per budget, period and threshold: a share of budgets.notify_at crossed "
+            "(threshold 0.8), or a request refused (threshold refused); scope is org, team, project, user or key.",
+            ("scope", "threshold"))),
     *_defs("Guardrails", ("server",),
            ("llmgw_guard_checks_total", "counter", "Guard checks, by stage, policies, action, category and mode.",
             ("stage", "policy", "action", "category", "mode")),

@@ -354,6 +354,12 @@ class Store(abc.ABC):
         then the rows of the partial hour)."""
 
     @abc.abstractmethod
+    async def claim_budget_notice(self, scope_kind: str, scope_id: str, period: str, period_start: dt.datetime,
+                                  threshold: str) -> bool:
+        """Record that a budget event (a ``threshold`` like ``0.8``, or ``refused``) is told for this scope's
+        period starting at ``period_start``: True the first time, False when it was already (by any process)."""
+
+    @abc.abstractmethod
     async def usage_sums(
         self,
         group_by: str | None,

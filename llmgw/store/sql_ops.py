@@ -201,6 +201,22 @@ class SQLOps(SQLStoreBase):
 
         return await self._read(work)
 
+    async def claim_budget_notice(self, scope_kind: str, scope_id: str, period: str, period_start: dt.datetime,
+                                  threshold: str) -> bool:
+        kind = v.check_choice(scope_kind, LIMIT_SCOPES, "scope kind")
+        scope_id = v.check_id(scope_id, "scope id")
+        period = v.check_choice(period, ("day", "month"), "budget period")
+        start = v.check_time(period_start, "period start")
+        threshold = v.check_text(threshold, "threshold", max_len=32)
+        sql = ("INSERT INTO budget_notices (scope_kind, scope_id, period, period_start, threshold, told_at)"
+               " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING scope_id")
+
+        async def work(tx: Tx) -> bool:
+            return await tx.fetchrow(sql, kind, scope_id, period, self._t(start), threshold,
+                                     self._t(self._now())) is not None
+
+        return await self._write(work)
+
     async def usage_sums(
         self,
         group_by: str | None,

@@ -74,7 +74,13 @@ class SpentStore:
         return 1000
 
 
-async def test_a_spent_budget_is_told_once_per_scope_and_period():
+async def told_now(book: BudgetBook) -> None:
+    """Let the book's telling tasks (a store claim, then the event) run."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_a_budget_refusing_a_request_is_told_once_per_scope_and_period():
     now = [dt.datetime(2026, 9, 30, 23, 0, tzinfo=dt.UTC)]
     book = BudgetBook(SpentStore(), clock=lambda: now[0], currency="USD")  # type: ignore[arg-type]
     told = []
@@ -84,19 +90,65 @@ async def test_a_spent_budget_is_told_once_per_scope_and_period():
     for _ in range(3):
         with pytest.raises(LimitExceeded):
             book.check([(team, 1000)], 10)
-    with pytest.raises(LimitExceeded):
-        book.check([(roomy, 1005)], 10)  # too dear for what is left, but not spent: nothing to tell
+    await told_now(book)
     [event] = told
     assert (event.kind, event.subject) == ("budget_spent", "team:t-42")
     assert event.details["period"] == "month" and event.details["budget_micros"] == 1000
     assert event.details["renews_at"] == "2026-10-01T00:00:00Z"
+    assert (event.details["reason"], event.details["threshold"], event.details["spent_micros"]) == ("refused", None,
+                                                                                                    1000)
     assert "monthly budget" in event.summary and "renews at 2026-10-01 00:00 UTC" in event.summary
+
+    # Not spent, but too dear for what is left: a refusal too, told once.
+    for _ in range(2):
+        with pytest.raises(LimitExceeded):
+            book.check([(roomy, 1005)], 10)
+    await told_now(book)
+    assert len(told) == 2 and told[1].subject == "project:p-7" and told[1].details["reason"] == "refused"
+    assert "refused a request" in told[1].summary
 
     now[0] = dt.datetime(2026, 10, 1, 0, 1, tzinfo=dt.UTC)  # a new month: a new budget, spent again
     [team] = await book.states([("team", "t-42", "month")])
     with pytest.raises(LimitExceeded):
         book.check([(team, 1000)], 10)
-    assert len(told) == 2 and told[1].details["renews_at"] == "2026-11-01T00:00:00Z"
+    await told_now(book)
+    assert len(told) == 3 and told[2].details["renews_at"] == "2026-11-01T00:00:00Z"
+    await book.close()
+
+
+async def test_a_budget_held_by_requests_in_progress_tells_nothing():
+    book = BudgetBook(SpentStore(), currency="USD")  # type: ignore[arg-type]
+    told = []
+    book.notify = told.append
+    [team] = await book.states([("team", "t-9", "month")])  # 1000 spent of 2000
+    book.hold([team], 900)
+    with pytest.raises(LimitExceeded, match="in progress"):
+        book.check([(team, 2000)], 500)  # it would fit but for the holds: a second's wait, not worth telling
+    await told_now(book)
+    assert told == []
+    await book.close()
+
+
+async def test_a_share_of_a_budget_crossed_is_told_once_each():
+    book = BudgetBook(SpentStore(), currency="USD")  # type: ignore[arg-type]
+    book.notify_at = (0.5, 0.8)
+    told, counted = [], []
+    book.notify = told.append
+    book.count_event = lambda scope, threshold: counted.append((scope, threshold))
+    [team] = await book.states([("team", "t-1", "day")])  # 1000 spent of 3000: under both
+    book.check([(team, 3000)], 10)
+    await told_now(book)
+    assert told == []
+    book.charge([("team", "t-1")], 600)  # 1600 of 3000: past half
+    book.charge([("team", "t-1")], 10)
+    await told_now(book)
+    assert [e.details["threshold"] for e in told] == [0.5] and counted == [("team", "0.5")]
+    assert "daily budget" in told[0].summary and "is 50% spent" in told[0].summary
+    book.charge([("team", "t-1")], 900)  # 2500 of 3000: past 0.8
+    book.check([(team, 3000)], 10)
+    await told_now(book)
+    assert [e.details["threshold"] for e in told] == [0.5, 0.8]
+    assert counted == [("team", "0.5"), ("team", "0.8")]
     await book.close()
 
 

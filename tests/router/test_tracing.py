@@ -13,6 +13,7 @@ import attrs
 import pytest
 from aiohttp import web
 
+import llmgw.obs.tracing  # noqa: F401 - the SDK loads while tests are collected, not in the first test
 from llmgw.obs import logs
 
 from .conftest import HELLO, model, principal
@@ -119,6 +120,7 @@ async def test_a_streamed_request_continues_the_clients_trace_down_to_the_engine
     assert root.service == "llmgw-test"
     assert root.attributes["llmgw.request_id"] == request_id
     assert root.attributes["gen_ai.request.model"] == "m" and root.attributes["llmgw.project"] == "prj-rivers"
+    assert (root.attributes["llmgw.team"], root.attributes["llmgw.org"]) == ("team-1", "org-1")
     assert root.attributes["http.response.status_code"] == 200 and root.attributes["llmgw.outcome"] == "ok"
     assert root.attributes["gen_ai.usage.output_tokens"] == 2 and root.attributes["llmgw.stream"] is True
 
@@ -142,7 +144,8 @@ async def test_a_streamed_request_continues_the_clients_trace_down_to_the_engine
 
 async def test_a_request_without_traceparent_starts_a_trace_the_engine_joins(gateway, engines, collector):
     engine = await engines()
-    gw = await gateway([model("m", engine.url)], tracing={"endpoint": collector.url + "/"})
+    gw = await gateway([model("m", engine.url)], tracing={"endpoint": collector.url + "/"},
+                       guard={"default": ["checked"], "policies": {"checked": {"input": {"max_chars": 5000}}}})
     answer = await gw.client().chat.completions.create(model="m", messages=HELLO)
     assert answer.choices[0].message.content == "Rivers flow."
     [root] = await spans_of(gw, collector, "POST /v1/chat/completions")
@@ -150,7 +153,8 @@ async def test_a_request_without_traceparent_starts_a_trace_the_engine_joins(gat
     [call] = [s for s in collector.trace(root.trace_id) if s.name == "engine"]
     trace_id, parent, flags = traceparent_of(engine.headers[0])
     assert (trace_id, parent) == (root.trace_id, call.span_id) and int(flags, 16) & 1  # sampled
-    assert "stream" not in {s.name for s in collector.trace(root.trace_id)}
+    names = {s.name for s in collector.trace(root.trace_id)}
+    assert "stream" not in names and "guard input" in names  # a policy applies: its input check is a span
 
 
 async def test_a_retried_attempt_is_a_failed_engine_span_and_the_log_lines_name_the_trace(gateway, engines,
@@ -182,6 +186,37 @@ async def test_a_retried_attempt_is_a_failed_engine_span_and_the_log_lines_name_
     failed = [line for line in lines.getvalue().splitlines() if "engine failed" in line]
     assert failed and f"trace_id={retried.trace_id}" in failed[0]
     assert f"request_id={retried.attributes['llmgw.request_id']}" in failed[0]
+
+
+async def test_sample_ratio_keeps_new_traces_and_follows_a_callers_choice(gateway, engines, collector):
+    engine = await engines()
+    gw = await gateway([model("m", engine.url)], tracing={"endpoint": collector.url, "sample_ratio": 0})
+    await gw.client().chat.completions.create(model="m", messages=HELLO)  # a new trace, not kept
+    chosen = gw.client(default_headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"})
+    await chosen.chat.completions.create(model="m", messages=HELLO)  # the caller keeps it: so do we
+    [root] = await spans_of(gw, collector, "POST /v1/chat/completions")
+    assert root.trace_id == CLIENT_TRACE and {s.trace_id for s in collector.spans} == {CLIENT_TRACE}
+    # The trace not kept still reaches the engine, marked not sampled, so the engine does not keep it either.
+    trace_id, _, flags = traceparent_of(engine.headers[0])
+    assert trace_id != CLIENT_TRACE and int(flags, 16) & 1 == 0
+
+
+async def test_a_collector_that_is_down_slows_no_request(gateway, engines):
+    engine = await engines()
+    gw = await gateway([model("m", engine.url)], tracing={"endpoint": "http://127.0.0.1:9", "timeout": "200ms"})
+    loop = asyncio.get_running_loop()
+    for _ in range(3):
+        began = loop.time()
+        answer = await gw.client().chat.completions.create(model="m", messages=HELLO)
+        assert answer.choices[0].message.content == "Rivers flow." and loop.time() - began < 0.5
+
+
+async def test_the_last_spans_are_sent_when_the_gateway_stops(gateway, engines, collector):
+    engine = await engines()
+    gw = await gateway([model("m", engine.url)], tracing={"endpoint": collector.url})
+    await gw.client().chat.completions.create(model="m", messages=HELLO)
+    await gw.close()
+    assert [s.name for s in collector.spans if s.kind == "server"] == ["POST /v1/chat/completions"]
 
 
 async def test_without_an_endpoint_nothing_is_traced_and_no_traceparent_is_made_up(gateway, engines, collector):
