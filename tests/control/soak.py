@@ -4,12 +4,12 @@ The real `Reconciler`, `Inventory`, `Catalog` (on a SQLite store), placement,
 preemption and the router's `ReplicaSet` run against simulated agents and a
 fake clock. A seeded list of random events (nodes added, silenced and heard
 again, connections dropped and made again, engines killed, starts that fail,
-models added, scaled and removed) is played one event a step; after every step
+models added, scaled and removed, nodes held for maintenance) is played one event a step; after every step
 the safety invariants are checked, and every so often the cluster is healed
 and left to settle and the liveness ones are checked too:
 
 - no card is ever asked to run two engines at once (on the agents' side, which
-  is what a real GPU would feel);
+  is what a real GPU would feel), and no engine is started on a held node;
 - the router only sends to engines that really run and are ready;
 - no model is started more often in a minute than its size and the faults
   thrown at it explain;
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import logging
 import random
 import shutil
 import sys
@@ -42,6 +43,7 @@ import attrs
 from llmgw.control.agent_events import CRASH_WINDOW
 from llmgw.control.catalog import Catalog
 from llmgw.control.engine_keys import EngineKeys
+from llmgw.control.facility import Hold
 from llmgw.control.inventory import Inventory
 from llmgw.control.reconciler import NodeUnreachable, Reconciler
 from llmgw.router.replicas import ReplicaSet
@@ -103,6 +105,8 @@ def make_events(seed: int, count: int, *, nodes: int, models: int) -> list[Event
                            rng.choice((0, 1, 2)), rng.choice((1, 2, 3))))
         elif r < 0.90:
             events.append(("remove_model", name))
+        elif r < 0.91:
+            events.append(("hold", node_id, rng.random() < 0.5))
         elif r < 0.92:
             node_ids.append(f"n{spare:03d}")
             events.append(("add_node", node_ids[-1], rng.choice((2, 4, 8))))
@@ -173,6 +177,8 @@ class SimCluster:
         if isinstance(message, w.StartShard):
             if message.shard_id in agent.shards:
                 return  # a repeated start: the agent keeps the one it has
+            if f"node:{agent.node_id}" in self.rec.holds:
+                raise InvariantBroken("start on a held node", f"{agent.node_id}: {message.shard_id} ({message.model})")
             held = {g: s.id for s in agent.shards.values() for g in s.gpus}
             twice = {g: held[g] for g in message.gpus if g in held}
             if twice:
@@ -277,6 +283,12 @@ class SimCluster:
             self.rec.node_disconnected(agent.node_id, "connection reset")
         elif kind == "reconnect" and agent is not None and not agent.connected:
             self._register(agent)
+        elif kind == "hold" and agent is not None:
+            domain = f"node:{agent.node_id}"
+            if args[1]:
+                self.rec.holds = {**self.rec.holds, domain: Hold(domain, "maintenance")}
+            else:
+                self.rec.holds = {d: h for d, h in self.rec.holds.items() if d != domain}
         elif kind == "flaky":
             name, on = args
             (self.flaky.add if on else self.flaky.discard)(name)
@@ -372,7 +384,7 @@ class SimCluster:
         models hold there (everything else can be preempted), or ''."""
         need = cards_of(cm)
         for node in self.inventory.nodes():
-            if node.lost or not node.connected:
+            if node.lost or not node.connected or f"node:{node.id}" in self.rec.holds:
                 continue
             held = sum(len(r.gpus) for r in self.rec.records.values()
                        if r.node == node.id and not r.retiring and r.model != cm.name
@@ -475,6 +487,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--models", type=int, default=30)
     args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)  # thousands of passes say what they do; the invariants are what counts
     low, _, high = args.seeds.partition("-")
     status = 0
     for seed in range(int(low), int(high or low) + 1):
