@@ -114,3 +114,20 @@ async def test_bad_batches_are_refused_whole_with_the_field_named(stored_gateway
     assert "router.batch.max_lines" in many.value.body["error"]["message"]
     with pytest.raises(anthropic.AuthenticationError):
         await client(sg, "sk-nope").messages.batches.list()
+
+
+def test_result_lines_map_each_ending_to_anthropics_result_types():
+    from llmgw.router.anthropic_batches import _result
+
+    ok = {"custom_id": "a", "response": {"status_code": 200, "body": {"type": "message", "id": "msg_1"}}}
+    assert _result(ok) == {"custom_id": "a", "result": {"type": "succeeded", "message": {"type": "message",
+                                                                                       "id": "msg_1"}}}
+    for code, kind in (("batch_cancelled", "canceled"), ("batch_expired", "expired")):
+        line = {"custom_id": "b", "response": None, "error": {"code": code, "message": "not run"}}
+        assert _result(line) == {"custom_id": "b", "result": {"type": kind}}
+    refused = {"custom_id": "c", "response": {"status_code": 401, "body": {"error": {
+        "message": "the key was revoked", "type": "authentication_error", "code": "key_revoked"}}}}
+    error = _result(refused)["result"]
+    assert error["type"] == "errored"
+    assert error["error"] == {"type": "error", "error": {"type": "authentication_error",
+                                                         "message": "the key was revoked"}}

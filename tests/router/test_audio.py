@@ -29,6 +29,13 @@ async def whisper():
             seen.append({"path": request.path, "bytes": len(data), "filename": upload.filename,
                          "fields": fields, "content_type": request.headers["Content-Type"]})
             words = "the river runs to the sea" if request.path.endswith("transcriptions") else "translated"
+            if fields.get("stream") == "true" and fields.get("language") == "openai":  # OpenAI's own events
+                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                await resp.prepare(request)
+                for event in ({"type": "transcript.text.delta", "delta": "hello"},
+                              {"type": "transcript.text.done", "text": "hello"}):
+                    await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                return resp
             if fields.get("stream") == "true":
                 resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
                 await resp.prepare(request)
@@ -125,3 +132,12 @@ async def test_a_model_that_does_not_serve_audio_is_a_clear_400(sim, gateway):
         await gw.client().audio.transcriptions.create(model="chat", file=("a.wav", AUDIO[:1000]))
     assert refused.value.body["code"] == "unsupported_endpoint"
     assert "/v1/audio/transcriptions" in refused.value.body["message"]
+
+
+async def test_an_engine_streaming_openais_events_is_passed_on(gateway, whisper):
+    url, _ = await whisper()
+    gw = await gateway([model("whisper", url)])
+    stream = await gw.client().audio.transcriptions.create(model="whisper", file=("a.wav", AUDIO), stream=True,
+                                                           language="openai")
+    assert [(e.type, getattr(e, "delta", None) or e.text) async for e in stream] == [
+        ("transcript.text.delta", "hello"), ("transcript.text.done", "hello")], "once each, not doubled"
