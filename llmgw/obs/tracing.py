@@ -89,7 +89,7 @@ class Tracing:
             attributes["llmgw.request_id"] = request_id
         root = self.tracer.start_span(f"{request.method} {route}", context=parent, kind=SpanKind.SERVER,
                                       attributes=attributes)
-        return RequestTrace(self.tracer, root)
+        return RequestTrace(self.tracer, root, request_id)
 
     def middleware(self, request_key: web.RequestKey, id_key: web.RequestKey):
         """The aiohttp middleware that traces every request but probes; it runs inside the one giving ids."""
@@ -160,24 +160,25 @@ def fail(span, exc: BaseException) -> None:
 class RequestTrace:
     """The spans of one request: its root, and what the pipeline opens beneath it."""
 
-    __slots__ = ("tracer", "root", "_context", "trace_id")
+    __slots__ = ("tracer", "root", "_context", "trace_id", "_ids")
 
-    def __init__(self, tracer, root) -> None:
+    def __init__(self, tracer, root, request_id: str | None = None) -> None:
         self.tracer = tracer
         self.root = root
         self._context = trace.set_span_in_context(root)
         self.trace_id = format(root.get_span_context().trace_id, "032x")
+        self._ids = {"llmgw.request_id": request_id} if request_id else {}  # on every span of the request
 
     def span(self, name: str, parent=None, **attributes: Any) -> _Child:
         """A stage's span (`with trace.span("auth"):`), under the root or under `parent`."""
         context = self._context if parent is None else trace.set_span_in_context(parent)
-        return _Child(self.tracer.start_span(name, context=context, attributes=attributes or None))
+        return _Child(self.tracer.start_span(name, context=context, attributes={**self._ids, **attributes}))
 
     def engine(self, *, replica_id: str, url: str, model: str, attempt: int):
         """One attempt at the engine (CLIENT): end it with `engine_done`."""
         parts = urlsplit(url)
         return self.tracer.start_span("engine", context=self._context, kind=SpanKind.CLIENT, attributes={
-            "llmgw.replica_id": replica_id, "llmgw.attempt": attempt, "gen_ai.request.model": model,
+            **self._ids, "llmgw.replica_id": replica_id, "llmgw.attempt": attempt, "gen_ai.request.model": model,
             "server.address": parts.hostname or "", "server.port": parts.port or 0})
 
     @staticmethod

@@ -126,6 +126,7 @@ async def test_a_streamed_request_continues_the_clients_trace_down_to_the_engine
 
     spans = {s.name: s for s in collector.trace(CLIENT_TRACE)}
     assert STAGES | {"stream"} <= set(spans)
+    assert {s.attributes["llmgw.request_id"] for s in spans.values()} == {request_id}  # on every span
     for stage in STAGES:
         assert spans[stage].parent_id == root.span_id, stage
     call = spans["engine"]
