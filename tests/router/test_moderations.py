@@ -102,6 +102,10 @@ async def test_a_llama_guard_judge_is_asked_in_its_own_format(gateway, judge_eng
     assert result.model_extra["llmgw_categories"] == ["Violent Crimes", "Hate"]
     parts = await gw.client().moderations.create(model="lg", input=[{"type": "text", "text": "A calm river."}])
     assert len(parts.results) == 1 and not parts.results[0].flagged
+    off = await gateway([judge("lg", url, "llamaguard3")], guard={"mode": "off"})
+    assert off.gateway.guard is None
+    answer = await off.client().moderations.create(input="Go punch your neighbour.")
+    assert answer.results[0].flagged, "the judge formats are the plugins' even with the guardrails off"
 
 
 async def test_no_judge_is_a_clear_400_and_an_unknown_judge_a_404(sim, gateway, judge_engine):
