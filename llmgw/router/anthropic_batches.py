@@ -69,6 +69,9 @@ async def _counts(request: web.Request, b: Batch) -> dict[str, int]:
         counts["errored"] = b.failed
         counts["processing"] = max(0, total - b.completed - b.failed)
         return counts
+    if b.status == "completed":  # every request ran: the error file holds refusals and failures only
+        counts["errored"] = b.failed
+        return counts
     async for line in _lines(request, b, b.error_file_id):
         counts[_result(line)["result"]["type"]] += 1
     counts["errored"] += max(0, total - sum(counts.values()))  # lines a failed batch never ran
