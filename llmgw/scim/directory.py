@@ -7,7 +7,8 @@ portal sessions end). Deleting a User forgets the person (`llmgw users
 forget`: keys revoked, their text deleted, usage kept under a pseudonym).
 A person who already has an account (made by `llmgw users create` or a
 single sign-on) is taken into the organization when a User with their
-address is created.
+address is created, unless they belong to another organization: that
+organization's people are out of this one's reach.
 
 A Group is a team of the organization: displayName is its name, members
 the people in it. Deleting a Group takes its members out and removes the
@@ -107,6 +108,21 @@ class Directory:
         return any(m.scope_kind == "org" and m.scope_id == self.org.id
                    for m in await self.store.list_memberships(user_id=user.id))
 
+    async def _elsewhere(self, user: User) -> bool:
+        """True when the person is in another organization, or in a team or project of one."""
+        for m in await self.store.list_memberships(user_id=user.id):
+            if m.scope_kind == "org":
+                org_id = m.scope_id
+            elif m.scope_kind == "team":
+                team = await self.store.get_team(m.scope_id)
+                org_id = team.org_id if team else self.org.id
+            else:
+                project = await self.store.get_project(m.scope_id)
+                org_id = project.org_id if project else self.org.id
+            if org_id != self.org.id:
+                return True
+        return False
+
     async def teams(self) -> list[Team]:
         return sorted(await self.store.list_teams(self.org.id), key=lambda t: t.created_at)
 
@@ -164,6 +180,10 @@ class Directory:
         if user is not None:
             if await self._in_org(user):
                 raise ScimError(409, f"userName: {email} is already a User here", "uniqueness")
+            if await self._elsewhere(user):
+                # Taking them in would let this organization's provider suspend or forget them.
+                raise ScimError(409, f"userName: {email} belongs to another organization here; an administrator "
+                                     "can add them to this one (llmgw users add-member)", "uniqueness")
         else:
             user = await self.tenancy.create_user(email, name or default_name(email),
                                                   state="active" if active else "suspended")

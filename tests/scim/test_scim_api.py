@@ -212,3 +212,16 @@ async def test_a_group_holding_projects_is_not_removed(scim_site, http):
     status, body, _ = await call(http, scim_site, "DELETE", f"/Groups/{group['id']}")
     assert status == 409 and "cannot be removed" in body["detail"]
     assert (await call(http, scim_site, "GET", f"/Groups/{group['id']}"))[0] == 200
+
+
+async def test_a_person_of_another_organization_is_not_taken_over(scim_site, http):
+    tenancy = scim_site.server.app[PORTAL].tenancy("test")
+    await tenancy.create("globex")
+    await tenancy.create_user("wile@globex.com", "Wile")
+    await tenancy.add_member("wile@globex.com", "globex")
+    await tenancy.create_user("new@acme.com", "New")  # an account in no organization yet (a first sign-in)
+    status, body, _ = await call(http, scim_site, "POST", "/Users", {"schemas": [USER], "userName": "wile@globex.com"})
+    assert status == 409 and "another organization" in body["detail"]
+    assert (await scim_site.store.get_user_by_email("wile@globex.com")).state == "active"
+    status, body, _ = await call(http, scim_site, "POST", "/Users", {"schemas": [USER], "userName": "new@acme.com"})
+    assert status == 201 and body["userName"] == "new@acme.com"

@@ -200,3 +200,11 @@ async def test_an_account_waiting_for_approval_is_refused(sso):
     browser = await sso.browser()
     page = await sign_in_through(browser, "ayse")
     assert page.status == 403 and "approval" in page.text
+
+
+async def test_the_session_and_its_csrf_token_are_new_after_sign_in(sso):
+    browser = await sso.browser()
+    before = (await browser.get("/signin")).csrf
+    await sign_in_through(browser, "ayse")
+    after = (await browser.get("/account")).csrf
+    assert after != before and browser.cookie("llmgw_session")
