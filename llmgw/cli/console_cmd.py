@@ -30,14 +30,35 @@ async def run(args: argparse.Namespace) -> int:
     try:
         api = AdminApi.from_args(args)
     except CtlError as exc:
-        print(f"llmgw console: {exc.message}", file=sys.stderr)
-        return exc.code
+        if not _signed_in_through_the_provider(args, exc):
+            print(f"llmgw console: {exc.message}", file=sys.stderr)
+            return exc.code
+        api = AdminApi.from_args(args)
     app = ConsoleApp(api)
     with _logs_kept_off_the_screen() as kept:
         await app.run_screen()
     for line in kept[-20:]:  # what went wrong while the screen was up, now that it can be read
         print(line, file=sys.stderr)
     return 0
+
+
+def _signed_in_through_the_provider(args: argparse.Namespace, exc: CtlError) -> bool:
+    """No admin token, and this machine's server.yaml names a single sign-on provider: sign in
+    through its device flow (as `llmgw ctl signin`) rather than stop."""
+    import os
+
+    from llmgw.cli import ctl_signin
+    from llmgw.cli.ctl_client import DEFAULT_URL, ENV_URL
+
+    if not exc.message.startswith("no admin token") or getattr(args, "token_file", None):
+        return False
+    config = os.environ.get("LLMGW_CONFIG", ctl_signin.DEFAULT_CONFIG)
+    if not ctl_signin.provider_configured(config):
+        return False
+    url = getattr(args, "admin", None) or os.environ.get(ENV_URL, "").strip() or DEFAULT_URL
+    print(f"llmgw console: no admin token here; signing in through the single sign-on provider ({config})",
+          file=sys.stderr)
+    return ctl_signin.sign_in_for(url, config) == 0
 
 
 @contextlib.contextmanager

@@ -71,6 +71,24 @@ def _provider(args: argparse.Namespace) -> tuple[str, str, list[str]]:
     return issuer, client_id, scopes
 
 
+def provider_configured(config_path: str) -> bool:
+    """True when ``config_path`` is a readable server.yaml with single sign-on set up."""
+    from llmgw.config import ConfigError, load_server_config
+
+    try:
+        oidc = load_server_config(config_path).auth.oidc
+    except (ConfigError, OSError):
+        return False
+    return bool(oidc.issuer and (oidc.device_client_id or oidc.client_id))
+
+
+def sign_in_for(url: str, config_path: str) -> int:
+    """The device sign-in for ``url`` with the provider of ``config_path`` (what the console does
+    when it has no admin token); the exit status, its reason on stderr."""
+    args = argparse.Namespace(admin=url, config=config_path, issuer=None, client_id=None)
+    return _signin(args)
+
+
 def _signin(args: argparse.Namespace) -> int:
     from llmgw.auth.oidc import OIDCError
     from llmgw.auth.oidc_device import save, sign_in

@@ -105,3 +105,33 @@ async def test_a_made_up_bearer_is_refused(admin):
             assert r.status == 401 and "llmgw ctl signin" in (await r.json())["error"]
 
 
+
+
+async def test_the_console_without_a_token_signs_in_through_the_provider(op, admin, capsys, tmp_path, monkeypatch):
+    import argparse
+
+    from llmgw.cli import console_cmd
+    from llmgw.cli.ctl_client import AdminClient, CtlError
+
+    url, _ = admin
+    server_yaml = tmp_path / "server.yaml"
+    server_yaml.write_text(f"auth:\n  oidc:\n    issuer: {op.issuer}\n    client_id: llmgw\n"
+                           f"    device_client_id: llmgw-cli\n    redirect_url: http://127.0.0.1:1/auth/callback\n")
+    monkeypatch.setenv("LLMGW_CONFIG", str(server_yaml))
+    args = argparse.Namespace(admin=url, token_file=None, actor=None)
+    with pytest.raises(CtlError) as no_token:
+        AdminClient.from_args(args)
+    assert "llmgw ctl signin" in no_token.value.message
+
+    async def approve() -> None:
+        while not op.devices:
+            await asyncio.sleep(0.02)
+        (device,) = op.devices.values()
+        op.approve_device(device["user_code"], "ayse")
+
+    approving = asyncio.create_task(approve())
+    signed = await asyncio.to_thread(console_cmd._signed_in_through_the_provider, args, no_token.value)
+    await approving
+    assert signed, capsys.readouterr().err
+    client = AdminClient.from_args(args)
+    assert isinstance(await asyncio.to_thread(client.get, "/orgs"), (dict, list))
