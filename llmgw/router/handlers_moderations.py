@@ -93,7 +93,7 @@ def result_of(safe: bool, names: tuple[str, ...]) -> dict[str, Any]:
         "flagged": not safe,
         "categories": {c: c in hits for c in OPENAI_CATEGORIES},
         "category_scores": {c: 1.0 if c in hits else 0.0 for c in OPENAI_CATEGORIES},
-        "category_applied_input_types": {c: ["text"] if c in hits else [] for c in OPENAI_CATEGORIES},
+        "category_applied_input_types": {c: ["text"] for c in OPENAI_CATEGORIES},  # what each was judged on
         "llmgw_categories": list(flagged),
     }
 

@@ -81,7 +81,7 @@ async def test_moderations_create_maps_a_json_judges_verdict(sim, gateway, judge
     bad, good = answer.results
     assert bad.flagged and bad.categories.violence and bad.categories.harassment and not bad.categories.sexual
     assert bad.category_scores.violence == 1.0 and bad.category_scores.hate == 0.0
-    assert bad.category_applied_input_types.violence == ["text"]
+    assert bad.category_applied_input_types.violence == ["text"] == bad.category_applied_input_types.sexual
     assert bad.model_extra["llmgw_categories"] == ["Violence", "Harassment"]
     assert not good.flagged and not any(good.categories.model_dump().values())
     assert len(seen) == 2, "one question to the judge a text"
