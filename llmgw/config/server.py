@@ -523,6 +523,28 @@ class Profile:
 
 
 @attrs.frozen
+class PowerBudget:
+    """What one rack, PDU, row or room may draw."""
+
+    domain: str = setting(doc="The domain, as level:name: rack:r12-07, pdu:r12-07-a, row:12, room:hall-b, site:sto1.")
+    cap_watts: int = setting(doc="The most it may draw, in watts (for a dual-fed rack: what one feed carries alone).")
+    other_watts: int = setting(0, doc="What it draws besides llmgw's nodes: switches, storage.")
+
+
+@attrs.frozen
+class FacilityConfig:
+    """Where nodes stand and what their racks and PDUs may draw (node labels llmgw.io/site, room, row, rack, pdu)."""
+
+    budgets: list[PowerBudget] = setting(factory=list, doc="Power caps placement keeps each domain within.")
+    margin: float = setting(0.1, doc="The share of every cap kept free (0.1: placement fills 90% of it).")
+    gpu_watts: int = setting(
+        0, doc="The draw of a card that reports no power limit; 0: such a card counts as nothing."
+    )
+    cpu_core_watts: int = setting(0, doc="The draw of each core a CPU replica reserves.")
+    node_watts: int = setting(0, doc="Each node's own draw beyond its cards.")
+
+
+@attrs.frozen
 class ScalingWindow:
     """A time of the week when a model keeps a different number of replicas (office hours, a nightly batch)."""
 
@@ -706,6 +728,9 @@ class ServerConfig:
     )
     accounting: AccountingConfig = section(AccountingConfig, doc="Recording each request's usage.")
     control: ControlConfig = section(ControlConfig, doc="The scheduler: which replicas run on which nodes.")
+    facility: FacilityConfig = section(
+        FacilityConfig, doc="Racks, PDUs and their power budgets, which placement keeps within."
+    )
     mirror: MirrorConfig = section(MirrorConfig, doc="Where nodes fetch model files from.")
     guard: GuardConfig = section(
         GuardConfig, doc="Guardrails: checks on what goes to models and what comes back."

@@ -164,6 +164,9 @@ def check_server(config: ServerConfig) -> list[Problem]:
     problems += _admission(config.admission)
     problems += _accounting(config)
     problems += _control(config)
+    from llmgw.control.facility import budget_problems  # the budgets' own rules live with their reader
+
+    problems += [Problem(("facility", *where), text) for where, text in budget_problems(config.facility)]
     for key in ("url", "api", "registry"):
         value = getattr(config.mirror, key)
         if value:
