@@ -54,7 +54,8 @@ def _prompt(text: str) -> Prompt:
 
 async def _scored(request: web.Request, pairs: list[tuple[Prompt, Prompt]],
                   model: str) -> tuple[list[float], int]:
-    """The pairs' scores and the prompt tokens read, run through the engine as a batch would be (its slots, latency, metrics)."""
+    """The pairs' scores and the prompt tokens read, run through the engine as a batch would be
+    (its slots, its latency, its metrics)."""
     from llmgw.simengine.server import ENGINE
 
     engine = request.app[ENGINE]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .conftest import model, principal
 
-DOCS = ["Rivers carry water to the sea.", "The stock market fell today.", "A river delta forms where rivers meet the sea."]
+DOCS = ["Rivers carry water to the sea.", "The stock market fell today.",
+        "A river delta forms where rivers meet the sea."]
 
 
 async def test_rerank_orders_documents_and_is_one_usage_row(sim, gateway, http):
