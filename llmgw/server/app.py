@@ -180,6 +180,9 @@ async def _owned_parts(config: ServerConfig, given_store: Store | None, app: web
                 store_collector = StoreCollector(store)  # transaction times, the pool, the replication
                 gateway.metrics.registry.register(store_collector)
                 gateway.metrics.before_scrape.append(store_collector.refresh)
+                from llmgw.obs.budget_metrics import BudgetCollector
+
+                gateway.metrics.registry.register(BudgetCollector(gateway.accountant))  # llmgw_budget_spent_ratio
         yield
     finally:
         for part in reversed(started):

@@ -35,10 +35,10 @@ def samples(text: str) -> dict[tuple[str, frozenset], float]:
     return out
 
 
-def value(text: str, name: str, **labels: str) -> float | None:
-    """The one sample of `name` whose labels include `labels`; None when there is none."""
-    found = [v for (n, ls), v in samples(text).items() if n == name and set(labels.items()) <= ls]
-    assert len(found) <= 1, f"{name}{labels}: {len(found)} samples"
+def value(text: str, metric: str, **labels: str) -> float | None:
+    """The one sample of `metric` whose labels include `labels`; None when there is none."""
+    found = [v for (n, ls), v in samples(text).items() if n == metric and set(labels.items()) <= ls]
+    assert len(found) <= 1, f"{metric}{labels}: {len(found)} samples"
     return found[0] if found else None
 
 
