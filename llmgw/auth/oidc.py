@@ -172,7 +172,9 @@ class Provider:
     async def verify_id_token(self, token: str, *, nonce: str | None, audience: str | None = None) -> dict[str, Any]:
         """The claims of an ID token once its signature, issuer, audience, times and nonce hold."""
         doc = await self.discovery()
-        algorithms = [a for a in doc.get("id_token_signing_alg_values_supported", ["RS256"]) if a != "none"]
+        # Only signatures by the provider's published keys: never "none", never a shared secret (HS*).
+        algorithms = [a for a in doc.get("id_token_signing_alg_values_supported", ["RS256"])
+                      if isinstance(a, str) and a.startswith(("RS", "PS", "ES", "EdDSA"))] or ["RS256"]
         keys = await self._key_set()
         try:
             decoded = self._decode(token, keys, algorithms)
