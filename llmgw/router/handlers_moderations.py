@@ -67,6 +67,8 @@ CATEGORY_WORDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 OPENAI_MODEL_PREFIXES = ("omni-moderation", "text-moderation")
 #: Seconds a judge is waited for when router.timeouts.total sets no limit.
 JUDGE_WAIT = 60.0
+#: Texts of one request asked of the judge at the same time, at most.
+JUDGED_AT_ONCE = 8
 #: Tokens held against a budget for each verdict a judge writes.
 VERDICT_TOKENS = 32
 
@@ -209,7 +211,13 @@ async def moderations(request: web.Request) -> web.Response:
         transport = ClientJudgeTransport(gw, call, deadline)
         judge = Judge({name: judge_model}, _formats(gw), transport, cache_seconds=0)
         rules = JudgeRules(models=(name,), input="flag", latency_budget=total or JUDGE_WAIT)
-        answers = await asyncio.gather(*(judge.ask(rules, [{"role": "user", "content": t}], "user") for t in texts))
+        room = asyncio.Semaphore(JUDGED_AT_ONCE)
+
+        async def verdict(text: str):
+            async with room:
+                return await judge.ask(rules, [{"role": "user", "content": text}], "user")
+
+        answers = await asyncio.gather(*(verdict(t) for t in texts))
         if any(a.verdict is None for a in answers):
             reasons = sorted({reason for a in answers for _, reason in a.errors})
             raise GatewayError(503, "judge_unavailable",
