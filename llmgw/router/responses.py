@@ -59,12 +59,14 @@ class ResponseDraft:
 
     def envelope(self, status: str, output: list[dict], usage: Any = None, *,
                  incomplete: str | None = None, error: dict | None = None) -> dict:
-        return {
+        out = {
             "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
             "error": error, "incomplete_details": {"reason": incomplete} if incomplete else None,
-            "model": self.model, "output": output, "usage": usage_of(usage) if usage is not None else None,
-            **self.echo,
+            "model": self.model, "output": output, **self.echo,
         }
+        if usage is not None:  # OpenAI's document has no null usage: left out until it is known
+            out["usage"] = usage_of(usage)
+        return out
 
 
 def draft_from(body: dict) -> ResponseDraft:
@@ -84,8 +86,9 @@ def draft_from(body: dict) -> ResponseDraft:
                   if isinstance(t, dict) and t.get("type") == "function"],
         "top_p": body.get("top_p"),
         "truncation": "disabled",
-        "user": body.get("user") if isinstance(body.get("user"), str) else None,
     }
+    if isinstance(body.get("user"), str):  # OpenAI's document has it a string, never null: left out when not sent
+        echo["user"] = body["user"]
     model = body["model"] if isinstance(body.get("model"), str) else ""
     return ResponseDraft(model=model, echo=echo, store=body.get("store") is not False)
 
