@@ -149,3 +149,17 @@ async def test_a_judge_that_gives_no_verdict_is_a_503_with_retry_after(gateway, 
     assert failed.value.response.headers["Retry-After"] == "2"
     (row,) = await gw.settle(1)
     assert (row.status, row.outcome) == (503, "error")
+
+
+async def test_a_key_over_its_limit_is_refused_moderation(gateway, judge_engine):
+    from llmgw.accounting.api import LimitExceeded
+
+    url, seen = await judge_engine("json")
+    gw = await gateway([judge("guard-j", url, "json")], keys={"sk-a": principal("key-a")})
+    gw.accountant.refuse["guard-j"] = LimitExceeded("budget_exceeded", "project prj-1 has spent its budget",
+                                                    scope="project", retry_after=None)
+    with pytest.raises(openai.RateLimitError) as refused:
+        await gw.client("sk-a").moderations.create(input="hello")
+    assert refused.value.body["code"] == "budget_exceeded" and not seen, "the judge was not asked"
+    (row,) = await gw.settle(1)
+    assert (row.status, row.outcome) == (429, "refused")

@@ -94,3 +94,18 @@ async def test_bad_rerank_bodies_name_the_field(sim, gateway, http):
         async with http.post(gw.base_url + "/rerank", json=body) as resp:
             assert resp.status == 400
             assert (await resp.json())["error"]["param"] == field
+
+
+async def test_a_key_over_its_limit_is_refused_a_rerank_and_the_refusal_recorded(sim, gateway, http):
+    from llmgw.accounting.api import LimitExceeded
+
+    engine = await sim(models=["rr"], task="score")
+    gw = await gateway([model("rr", engine)], keys={"sk-a": principal("key-a")})
+    gw.accountant.refuse["rr"] = LimitExceeded("rate_limit_exceeded", "project prj-1 is over 10 requests a minute",
+                                               scope="project", retry_after=7)
+    async with http.post(gw.base_url + "/rerank", headers={"Authorization": "Bearer sk-a"},
+                         json={"model": "rr", "query": "q", "documents": ["d"]}) as resp:
+        assert resp.status == 429 and resp.headers["Retry-After"] == "7"
+        assert (await resp.json())["error"]["code"] == "rate_limit_exceeded"
+    (row,) = await gw.settle(1)
+    assert (row.status, row.outcome, row.replica) == (429, "refused", "")
