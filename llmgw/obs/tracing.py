@@ -82,7 +82,7 @@ class Tracing:
         """The root span of one client request, under the caller's trace when it sent a traceparent."""
         parent = _PROPAGATOR.extract(request.headers)
         resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else request.path
+        route = resource.canonical if resource is not None else "unmatched"  # a client's path is no span name
         attributes: dict[str, Any] = {"http.request.method": request.method, "http.route": route,
                                       "url.path": request.path}
         if request_id:
