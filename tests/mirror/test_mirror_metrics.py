@@ -80,3 +80,12 @@ async def test_the_mirror_counts_what_it_serves_fetches_and_verifies(mirror_dir,
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+
+
+def test_a_model_cannot_be_called_metrics():
+    import pytest
+
+    from llmgw.mirror.layout import LayoutError, check_model_name
+
+    with pytest.raises(LayoutError, match="Prometheus metrics"):
+        check_model_name("metrics")
