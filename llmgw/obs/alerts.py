@@ -155,7 +155,7 @@ ACCOUNTING = AlertGroup("llmgw-accounting", "Whether usage, changes and notifica
 ))
 
 TENANTS = AlertGroup(
-    "llmgw-tenants", "Per tenant: the project of the key, or the level router.tenant_label names.", (
+    "llmgw-tenants", "Per tenant: the project of the key (none for a personal key, anonymous without keys).", (
     Alert(
         "TenantHittingLimits",
         _join('sum by (tenant) (rate(llmgw_tenant_requests_total{outcome="limited"}[10m]))',

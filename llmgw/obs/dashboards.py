@@ -293,8 +293,8 @@ _USE = Row("Use", (
 
 TENANTS = Dashboard(
     uid="llmgw-tenants", title="llmgw — tenants",
-    description="Requests, tokens, failures, refusals by a limit and first-token time per tenant (the project "
-                "of the key, or the level router.tenant_label names).",
+    description="Requests, tokens, failures, refusals by a limit and first-token time per tenant: the project "
+                "of the key (none for a personal key, anonymous when keys are off).",
     rows=(_TENANT_TOTALS, _BY_TENANT, _USE),
     variables=(Variable("tenant", "Tenant", "label_values(llmgw_tenant_requests_total, tenant)"),),
     time_from="now-24h",

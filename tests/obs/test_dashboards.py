@@ -108,3 +108,16 @@ def test_metric_names_are_read_from_queries():
     assert metric_names('sum by (model, le) (rate(llmgw_ttft_seconds_bucket{tenant=~"a|b"}[5m])) > 0.5') == {
         "llmgw_ttft_seconds_bucket"}
     assert metric_names("llmgw_a / on (node) group_left (model) llmgw_b or vector(0)") == {"llmgw_a", "llmgw_b"}
+
+
+def test_docs_monitoring_md_lists_every_alert_and_every_panel():
+    from pathlib import Path
+
+    from llmgw.obs.alerts_doc import with_lists
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text(encoding="utf-8")
+    assert with_lists(page) == page, (
+        "docs/monitoring.md's alerts or dashboards differ from llmgw/obs; "
+        "run `python -m llmgw.obs.alerts_doc docs/monitoring.md`")
+    for a in all_alerts():
+        assert f"| **{a.name}**:" in page
