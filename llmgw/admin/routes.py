@@ -17,6 +17,8 @@ from aiohttp import web
 
 from llmgw.admin import handlers_backup as hb
 from llmgw.admin import handlers_cluster as hc
+from llmgw.admin import handlers_data as hd
+from llmgw.admin import handlers_mail as hm
 from llmgw.admin import handlers_engines as he
 from llmgw.admin import handlers_facility as hf
 from llmgw.admin import handlers_join as hj
@@ -66,6 +68,17 @@ from llmgw.admin.cluster_types import (
     ScaleChange,
 )
 from llmgw.admin.backup_types import BackupList, BackupMade
+from llmgw.admin.mail_types import MailList, MailQuery
+from llmgw.admin.data_types import (
+    ForgetResult,
+    KeyLifetime,
+    KeyLifetimeQuery,
+    KeyLifetimeSet,
+    Residency,
+    ResidencyQuery,
+    ResidencySet,
+    UserForget,
+)
 from llmgw.admin.facility_types import DOMAIN_PATTERN, FacilityHold, FacilityReport, HoldCreate
 from llmgw.admin.engine_types import EngineInstallRequest, EngineInstallStarted, EngineList, EngineQuery
 from llmgw.admin.join_types import JoinCodeCreate, JoinCodeInfo, JoinCodeIssued, JoinCodeList
@@ -277,6 +290,21 @@ ROUTES: tuple[Route, ...] = (
           request=LimitsSet, action="keys.limits", target="{scope}", summary="Change the limits on a scope"),
     Route(method="DELETE", path="/limits", handler=hp.clear_limits, tag="people", response=LimitsInfo,
           query=ScopeQuery, action="keys.limits-clear", target="{scope}", summary="Remove the limits on a scope"),
+    Route(method="POST", path="/users/forget", handler=hd.forget_user, tag="people", response=ForgetResult,
+          request=UserForget, action="users.forget", target="user:forgotten",
+          summary="Forget a person (their usage kept under a pseudonym)"),
+    Route(method="GET", path="/residency", handler=hd.get_residency, tag="people", response=Residency,
+          query=ResidencyQuery, summary="Where a scope's requests may be served"),
+    Route(method="PUT", path="/residency", handler=hd.set_residency, tag="people", response=Residency,
+          request=ResidencySet, action="keys.residency", target="{scope}",
+          summary="Keep a scope's requests on the cluster's own engines, or lift it"),
+    Route(method="GET", path="/key-lifetime", handler=hd.get_key_lifetime, tag="people", response=KeyLifetime,
+          query=KeyLifetimeQuery, summary="How long keys made in a scope may live"),
+    Route(method="PUT", path="/key-lifetime", handler=hd.set_key_lifetime, tag="people", response=KeyLifetime,
+          request=KeyLifetimeSet, action="keys.lifetime", target="path:{path}",
+          summary="Cap how long keys made in a scope may live"),
+    Route(method="GET", path="/mail", handler=hm.list_mail, tag="people", response=MailList, query=MailQuery,
+          summary="The portal's mail queue"),
     Route(method="GET", path="/storage-quota", handler=hst.get_storage_quota, tag="people", response=StorageQuota,
           query=StorageQuotaQuery, summary="Show a project's storage quota and what it keeps"),
     Route(method="PUT", path="/storage-quota", handler=hst.set_storage_quota, tag="people", response=StorageQuota,

@@ -44,6 +44,7 @@ def register(sub) -> None:
     p.add_argument("path", metavar="PATH", help="ORG, ORG/TEAM, ORG/PROJECT or ORG/TEAM/PROJECT")
     p.add_argument("duration", metavar="DURATION", nargs="?", help="like 720h or 90d, or off")
     register_leaf(p, run_key_lifetime)
+    register_mail(sub)
 
 
 def _out(args, value: Any, line: str) -> int:
@@ -94,3 +95,33 @@ def run_key_lifetime(args, client: AdminClient) -> int:
     else:
         line += f"; keys made here live at most {Duration(seconds=info['in_force_s'])} (set by {info['in_force_set_by']})"
     return _out(args, info, line)
+
+
+def register_mail(sub) -> None:
+    p = sub.add_parser(
+        "mail", help="The portal's mail queue: what was sent, what waits, what failed.",
+        description="The portal's mail (GET /mail), newest first: reset links, sign-up approvals and budget "
+        "notices, each with its state (waiting, sent, failed), attempts and the mail server's last answer. "
+        "Bodies are never shown.")
+    p.add_argument("--state", choices=("waiting", "sent", "failed"), help="only these")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    register_leaf(p, run_mail)
+
+
+def run_mail(args, client: AdminClient) -> int:
+    from llmgw.cli.common import print_table
+
+    query: dict[str, Any] = {"limit": args.limit}
+    if args.state:
+        query["state"] = args.state
+    info = client.request("GET", "/mail", query=query)
+    if args.json:
+        print_json(info)
+        return 0
+    if not info["configured"]:
+        print("no mail server is set (mail.host in server.yaml): nothing is sent; reset links are made with "
+              "llmgw users reset-link")
+    print_table([{"at": m["created_at"][:16].replace("T", " "), "kind": m["kind"], "to": m["to"],
+                  "state": m["state"], "attempts": m["attempts"], "last_error": m["last_error"] or ""}
+                 for m in info["messages"]], ["at", "kind", "to", "state", "attempts", "last_error"])
+    return 0

@@ -149,10 +149,19 @@ async def _state(args, tenancy) -> int:
                   f"nothing changed", file=sys.stderr)
             return 2
     user = await tenancy.set_user_state(args.user, args.state)
+    mailed = False
+    if args.required_state == "pending":  # approved: told by mail when --config names a mail server
+        from llmgw.cli.store_access import locate_store
+        from llmgw.mail.outbox import queue_approved
+
+        mailed = await queue_approved(tenancy.store, locate_store(args).config, user.email)
     if args.json:
-        print_json(user_json(user))
+        print_json({**user_json(user), **({"mailed": mailed} if args.required_state == "pending" else {})})
     else:
         print(f"{user.email} is now {user.state}")
+        if args.required_state == "pending":
+            print("a mail telling them is on its way" if mailed else
+                  f"no mail is sent (no mail: server in --config): tell {user.email} they may sign in now")
     return 0
 
 

@@ -33,6 +33,8 @@ from .client_data import (
     StoredFile,
     ThreadTurn,
 )
+from .people import ForgetReport, ScopeRule
+from .mail import QueuedMail
 from .records import (
     ApiKey,
     AuditEvent,
@@ -757,3 +759,54 @@ class Store(abc.ABC):
     ) -> Batch:
         """End a batch: its results become its output and error files, and are dropped; ``errors`` (OpenAI's
         {code, message, param, line}) say why it failed."""
+
+    # ---- rules scopes keep on their keys; forgetting a person ------------------
+    # (llmgw.store.people holds the records; llmgw.store.sql_people the SQL.)
+
+    @abc.abstractmethod
+    async def get_scope_rule(self, scope_kind: str, scope_id: str) -> ScopeRule | None:
+        """What an organization, team, project or key says about its keys (lifetime cap, residency)."""
+
+    @abc.abstractmethod
+    async def list_scope_rules(self) -> list[ScopeRule]:
+        """Every scope rule set."""
+
+    @abc.abstractmethod
+    async def scope_rules_chain(self, *, org_id: str | None = None, team_id: str | None = None,
+                                project_id: str | None = None, key_id: str | None = None) -> list[ScopeRule]:
+        """The rules over a key, widest first."""
+
+    @abc.abstractmethod
+    async def set_scope_rule(self, scope_kind: str, scope_id: str, *, actor: str, max_key_ttl_s: Any = ...,
+                             in_cluster: Any = ...) -> ScopeRule | None:
+        """Change a scope's rule (left out: kept; ``max_key_ttl_s`` None: no cap); None when nothing is left."""
+
+    @abc.abstractmethod
+    async def forget_user(self, user_id: str) -> ForgetReport:
+        """Forget a person in one transaction (see llmgw.store.sql_people); zeros when already forgotten."""
+
+    # ---- the portal's mail queue (llmgw.store.sql_mail) ---------------------------
+
+    @abc.abstractmethod
+    async def enqueue_mail(self, *, kind: str, to: str, subject: str, body: str) -> QueuedMail:
+        """Queue a message, due now."""
+
+    @abc.abstractmethod
+    async def claim_mail(self, *, lease: dt.timedelta) -> QueuedMail | None:
+        """The oldest message due, claimed for ``lease`` so no other sender takes it; None when none is due."""
+
+    @abc.abstractmethod
+    async def mail_sent(self, mail_id: str) -> None:
+        """A claimed message went out: its body is emptied."""
+
+    @abc.abstractmethod
+    async def mail_failed(self, mail_id: str, error: str, *, retry_at: dt.datetime | None) -> None:
+        """A claimed message did not go out: tried again at ``retry_at``, or (None) given up, its body emptied."""
+
+    @abc.abstractmethod
+    async def list_mail(self, *, state: str | None = None, limit: int = 100) -> list[QueuedMail]:
+        """Messages newest first: all, or those waiting, sent or failed."""
+
+    @abc.abstractmethod
+    async def delete_mail_before(self, cutoff: dt.datetime) -> int:
+        """Remove messages sent or given up and made before ``cutoff``."""

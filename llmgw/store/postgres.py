@@ -29,6 +29,7 @@ from .sql_catalog import SQLCatalog
 from .sql_client_data import SQLClientData
 from .sql_keys import SQLKeys
 from .sql_ops import SQLOps
+from .sql_mail import SQLMail
 from .sql_people import SQLPeople
 from .sql_responses import SQLResponses
 from .sql_tenancy import SQLTenancy
@@ -131,7 +132,8 @@ class PGTx:
             await self._conn.executemany(numbered(sql), args)
 
 
-class PostgresStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData, SQLPeople):
+class PostgresStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData, SQLPeople,
+                    SQLMail):
     def __init__(self, dsn: str, pool: asyncpg.Pool, clock: Clock | None) -> None:
         super().__init__(clock)
         self._dsn_shown = redact(dsn)

@@ -33,6 +33,7 @@ from .sql_catalog import SQLCatalog
 from .sql_client_data import SQLClientData
 from .sql_keys import SQLKeys
 from .sql_ops import SQLOps
+from .sql_mail import SQLMail
 from .sql_people import SQLPeople
 from .sql_responses import SQLResponses
 from .sql_tenancy import SQLTenancy
@@ -95,7 +96,8 @@ def _translate(e: sqlite3.Error) -> StoreError:
     return StoreError(f"sqlite: {text}")
 
 
-class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData, SQLPeople):
+class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData, SQLPeople,
+                  SQLMail):
     def __init__(
         self,
         path: str | None,

@@ -86,9 +86,18 @@ async def _portal_lifecycle(app: web.Application) -> AsyncIterator[None]:
     portal.serves_anthropic = _serves(app, "/v1/messages")
     portal.serves_responses = _serves(app, "/v1/responses")
     task = asyncio.create_task(_sweep(portal), name="llmgw-portal-sweep") if portal.store is not None else None
+    mail = None
+    if portal.config.mail.enabled and portal.store is not None and portal.mailer is None:
+        # mail: the portal's messages go through the store's queue; this control plane sends what is due
+        from llmgw.mail.outbox import Outbox, PortalMailer
+
+        outbox = Outbox(portal.store, portal.config.mail)
+        portal.mailer = PortalMailer(outbox)
+        mail = asyncio.create_task(outbox.run(), name="llmgw-mail")
     try:
         yield
     finally:
+        await cancel_and_wait(mail)
         await cancel_and_wait(task)
         portal.passwords.close()
 

@@ -113,7 +113,10 @@ async def change_person(request: web.Request) -> web.StreamResponse:
         if action == "approve":
             if path:  # into a project (or team, or organization) as they are let in
                 await tenancy.add_member(user_id, path, "member")
-            await tenancy.set_user_state(user_id, "active")
+            approved = await tenancy.set_user_state(user_id, "active")
+            mailer = portal.mailer
+            if mailer is not None and hasattr(mailer, "send_approved"):  # mail: they hear they may sign in
+                await mailer.send_approved(approved.email, portal.default_language)
         elif action in ("suspend", "activate"):
             if action == "suspend" and user_id == me.user.id:
                 raise Conflict("you cannot suspend yourself")

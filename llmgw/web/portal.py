@@ -45,12 +45,14 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 
 
 class Mailer(Protocol):
-    """Sends the portal's mail. None is configured yet (see docs/portal.md):
-    without one, reset links are made by an operator with `llmgw users reset-link`."""
+    """Sends the portal's mail: llmgw.mail.outbox.PortalMailer when server.yaml's `mail:` names a server
+    (see docs/portal.md); without one, reset links are made by an operator with `llmgw users reset-link`."""
 
     base_url: str  #: where links point; never taken from a request
 
     async def send_reset_link(self, to: str, link: str, lang: str) -> None: ...
+
+    async def send_approved(self, to: str, lang: str) -> None: ...
 
 
 @attrs.define

@@ -1,0 +1,148 @@
+"""The portal's mail through an SMTP server the tests run: parsed, its links followed through the portal."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+
+import pytest
+
+from llmgw.config import parse_server_config
+from llmgw.mail.outbox import Outbox, wait_after
+from llmgw.store import open_store
+
+from .smtp_server import SMTPServer, free_port, self_signed
+
+NEW = "a brand new passphrase"
+PORTAL = "https://llm.example.com"
+
+
+async def _until(predicate, timeout: float = 10.0):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not (value := predicate()):
+        if loop.time() > end:
+            raise AssertionError(f"not within {timeout}s")
+        await asyncio.sleep(0.05)
+    return value
+
+
+def _mail(port: int, **more) -> dict:
+    return {"host": "127.0.0.1", "port": port, "security": "none", "from": "LLM gateway <llm@example.com>",
+            "portal_url": PORTAL, **more}
+
+
+@pytest.fixture
+def smtp():
+    servers: list[SMTPServer] = []
+
+    def make(**kw) -> SMTPServer:
+        server = SMTPServer(**kw).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+async def test_a_reset_link_is_mailed_and_sets_a_new_password_through_the_portal(make_site, smtp) -> None:
+    server = smtp()
+    site = await make_site(mail=_mail(server.port))
+    await site.person("ayse@example.com")
+    b = await site.browser()
+    sent = await b.submit("/reset", None, {"email": "ayse@example.com"})
+    assert "a link to set a new password is on its way" in sent.text
+    (message,) = await _until(lambda: server.inbox.messages)
+    assert message["To"] == "ayse@example.com" and message["From"] == "LLM gateway <llm@example.com>"
+    assert message["Subject"] == "Set a new password" and message["Message-ID"]
+    body = message.get_content()
+    link = re.search(r"https://llm\.example\.com/reset/\S+", body).group(0)
+    form = await b.get(link.removeprefix(PORTAL))
+    assert form.status == 200
+    done = await b.post(link.removeprefix(PORTAL), {"csrf": form.csrf, "password": NEW, "password2": NEW})
+    assert done.status == 200
+    assert (await b.sign_in("ayse@example.com", NEW)).url.endswith("/account")
+    (queued,) = await site.store.list_mail()
+    assert (queued.state, queued.kind, queued.attempts, queued.body) == ("sent", "reset_link", 1, "")
+
+
+async def test_the_mail_is_in_the_pages_language_and_an_approval_is_mailed(make_site, smtp) -> None:
+    server = smtp()
+    site = await make_site(mail=_mail(server.port))
+    await site.person("ayse@example.com")
+    b = await site.browser(lang="tr")
+    await b.submit("/reset", None, {"email": "ayse@example.com"})
+    (message,) = await _until(lambda: server.inbox.messages)
+    assert message["Subject"] == "Yeni parola belirleyin" and "bir saat boyunca" in message.get_content()
+
+    waiting = await site.person("new@example.com", state="pending", project=None)
+    await site.person("root@example.com", role="admin", project=None)
+    admin = await site.browser("192.0.2.50")
+    await admin.sign_in("root@example.com")
+    page = await admin.get("/admin/people")
+    await admin.post(f"/admin/people/{waiting.id}", {"csrf": page.csrf, "action": "approve"})
+    approved = (await _until(lambda: server.inbox.messages[1:]))[0]
+    assert approved["To"] == "new@example.com" and approved["Subject"] == "Your account is ready"
+    assert f"{PORTAL}/signin" in approved.get_content()
+
+
+async def test_starttls_and_a_password_are_used_and_a_server_without_starttls_is_refused(
+        tmp_path, store, clock, smtp) -> None:
+    cert = self_signed(tmp_path)
+    server = smtp(cert=cert)
+    config = parse_server_config({"mail": _mail(server.port, security="starttls", username=SMTPServer.USER,
+                                                password=SMTPServer.PASSWORD, ca_file=str(cert[0]))}).mail
+    outbox = Outbox(store, config, clock=clock)
+    await outbox.enqueue("reset_link", "ayse@example.com", "en", link=f"{PORTAL}/reset/abc")
+    assert await outbox.send_due() == 1
+    assert server.inbox.logins == [SMTPServer.USER] and len(server.inbox.messages) == 1
+
+    plain = smtp()  # offers no STARTTLS: the password is not sent in clear
+    config = parse_server_config({"mail": _mail(plain.port, security="starttls", username="gateway",
+                                                password="pw")}).mail
+    outbox = Outbox(store, config, clock=clock)
+    await outbox.enqueue("reset_link", "bob@example.com", "en", link=f"{PORTAL}/reset/def")
+    assert await outbox.send_due() == 0
+    (waiting,) = await store.list_mail(state="waiting")
+    assert "offers no STARTTLS" in waiting.last_error and plain.inbox.messages == []
+
+
+async def test_a_message_waits_while_the_server_is_down_and_goes_once_it_is_back(store, clock, smtp) -> None:
+    port = free_port()
+    config = parse_server_config({"mail": _mail(port)}).mail
+    outbox = Outbox(store, config, clock=clock)
+    await outbox.enqueue("approved", "ayse@example.com", "en", link=f"{PORTAL}/signin")
+    assert await outbox.send_due() == 0
+    (waiting,) = await store.list_mail(state="waiting")
+    assert waiting.attempts == 1 and "Connection" in waiting.last_error
+    assert waiting.next_at == clock.now + wait_after(1) == clock.now + dt.timedelta(minutes=1)
+    assert await outbox.send_due() == 0  # not due yet: nothing tried
+    server = smtp(port=port)
+    clock.advance(61)
+    assert await outbox.send_due() == 1
+    assert len(server.inbox.messages) == 1 and (await store.list_mail(state="sent"))[0].attempts == 2
+    assert await outbox.send_due() == 0  # sent once
+
+
+async def test_a_refused_recipient_fails_for_good_and_the_queue_outlives_a_restart(store_dsn, clock, smtp) -> None:
+    server = smtp()
+    config = parse_server_config({"mail": _mail(server.port, retry_for="1h")}).mail
+    first = await open_store(store_dsn, clock=clock)
+    try:
+        await Outbox(first, config, clock=clock).enqueue("approved", "gone@example.com", "en", link="x")
+        await Outbox(first, config, clock=clock).enqueue("approved", "ayse@example.com", "en", link="y")
+    finally:
+        await first.close()
+    again = await open_store(store_dsn, clock=clock)  # a restart: what was queued is still there
+    try:
+        server.inbox.refuse = 550
+        outbox = Outbox(again, config, clock=clock)
+        assert await outbox.send_due() == 0
+        failed = await again.list_mail(state="failed")
+        assert len(failed) == 2 and all("550" in m.last_error and m.body == "" for m in failed)
+        assert await again.list_mail(state="waiting") == []
+    finally:
+        await again.close()
+    assert wait_after(3) == dt.timedelta(minutes=4) and wait_after(20) == dt.timedelta(hours=1)
