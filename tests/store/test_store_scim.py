@@ -40,3 +40,11 @@ async def test_external_ids_are_kept_per_organization(store):
     assert await store.scim_external_ids(acme.id, "user") == {}
     with pytest.raises(Invalid):
         await store.scim_external_ids(acme.id, "project")
+
+
+async def test_forgetting_a_person_drops_their_external_ids(store):
+    acme = await store.create_org("acme")
+    ada = await store.create_user("ada@acme.com", "Ada")
+    await store.set_scim_external_id(acme.id, "user", ada.id, "ada.lovelace@corp.example")
+    await store.forget_user(ada.id)
+    assert await store.scim_external_ids(acme.id, "user") == {}
