@@ -41,6 +41,7 @@ FORGET_PARTS = (
     ("files", "files"),
     ("batches", "batches"),
     ("responses", "stored responses"),
+    ("mail", "mail to them, queued or sent"),
     ("usage_rows", "usage rows now under the pseudonym"),
     ("usage_sums", "usage sums now under the pseudonym"),
     ("audit_events", "audit events with their name taken out"),
@@ -62,6 +63,7 @@ class ForgetReport:
     files: int = 0
     batches: int = 0
     responses: int = 0
+    mail: int = 0
     usage_rows: int = 0
     usage_sums: int = 0
     audit_events: int = 0

@@ -159,6 +159,8 @@ async def test_forget_leaves_no_trace_of_the_person_and_keeps_usage_sums(store, 
     await store.create_password_reset(token_hash=hashlib.sha256(b"link").hexdigest(), user_id=ann.id,
                                       expires_at=clock.now + dt.timedelta(hours=1))
     await _use_the_gateway(store_dsn, personal.secret)
+    await store.enqueue_mail(kind="reset_link", to=EMAIL.lower(), subject="Set a new password",
+                             body=f"Hello {NAME}: https://llm.example.com/reset/abc")
     at = clock.now
     await store.insert_usage_rows([
         _usage("r1", at, ann.id, personal.key.id, 700, EMAIL, NAME),
@@ -171,6 +173,7 @@ async def test_forget_leaves_no_trace_of_the_person_and_keeps_usage_sums(store, 
     assert report is not None and report.pseudonym.startswith("forgotten-") and not report.already_forgotten
     assert (report.keys_revoked, report.sessions, report.reset_links, report.memberships) == (2, 1, 1, 1)
     assert report.responses == 1 and report.batches == 1 and report.files == 1 and report.limits == 1
+    assert report.mail == 1 and await store.list_mail() == []
     assert report.usage_rows == 2 and report.usage_sums >= 2 and report.audit_events >= 4
 
     # usage kept, under the pseudonym; Bob untouched
