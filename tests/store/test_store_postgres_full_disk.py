@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
-from conftest import PostgresServer, find_postgres_bin
+from tests.conftest import PostgresServer, find_postgres_bin
 from diskfaults import small_disk
 
 from llmgw.config import load_server_config
