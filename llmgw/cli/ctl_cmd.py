@@ -19,6 +19,7 @@ from llmgw.cli import ctl_notify
 from llmgw.cli import ctl_engines
 from llmgw.cli import ctl_facility
 from llmgw.cli import ctl_monitoring
+from llmgw.cli import ctl_signin
 
 HELP = "Drive a running control plane through its admin API (every operation, --json)."
 DESCRIPTION = (
@@ -45,6 +46,7 @@ def register(sub) -> None:
     ctl_cert.register(ctl_sub)
     ctl_guard.register(ctl_sub)
     ctl_monitoring.register(ctl_sub)
+    ctl_signin.register(ctl_sub)
 
 
 def _usage(parser: argparse.ArgumentParser):
