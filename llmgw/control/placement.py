@@ -76,6 +76,7 @@ from llmgw.control.quotas import CapacityQuota, Quotas, owner_path, under
 from llmgw.plugins.types import Engine
 
 RACK_LABEL = "llmgw.io/rack"
+PDU_LABEL = "llmgw.io/pdu"
 #: How readily a class gives way: lower goes first. Critical never does.
 CLASS_RANK = {"opportunistic": 0, "standard": 1, "critical": 2}
 
@@ -221,16 +222,25 @@ class _Room:
         return [i for i in self.healthy_gpus(gpu_class) if i not in self.held_gpus]
 
 
+def spread_domains(node: Node) -> tuple[str, ...]:
+    """The failure domains a model's replicas are spread over: the node's rack and each PDU it draws from
+    (`llmgw.io/rack`, `llmgw.io/pdu`, a comma-separated list for a dual-fed rack)."""
+    rack = node.labels.get(RACK_LABEL, "")
+    pdus = node.labels.get(PDU_LABEL, "")
+    out = (f"rack:{rack}",) if rack else ()
+    return out + tuple(f"pdu:{p.strip()}" for p in pdus.split(",") if p.strip())
+
+
 def _rooms(nodes: Sequence[Node], holdings: Iterable[Holding], model: str) -> dict[str, _Room]:
     by_node: dict[str, list[Holding]] = {}
     for h in holdings:
         by_node.setdefault(h.node, []).append(h)
     racks: dict[str, int] = {}
-    rack_of = {n.id: n.labels.get(RACK_LABEL, "") for n in nodes}
+    rack_of = {n.id: spread_domains(n) for n in nodes}
     for h in (h for hs in by_node.values() for h in hs):
-        rack = rack_of.get(h.node, "")
-        if h.model == model and rack:
-            racks[rack] = racks.get(rack, 0) + 1
+        if h.model == model:
+            for domain in rack_of.get(h.node, ()):
+                racks[domain] = racks.get(domain, 0) + 1
     rooms = {}
     for node in nodes:
         held = by_node.get(node.id, [])
@@ -240,7 +250,7 @@ def _rooms(nodes: Sequence[Node], holdings: Iterable[Holding], model: str) -> di
             memory_free=node.memory_total - sum(h.memory for h in held),
             cores_free=node.cores - sum(h.cores for h in held),
             model_here=sum(1 for h in held if h.model == model),
-            model_in_rack=racks.get(rack_of[node.id], 0) if rack_of[node.id] else 0,
+            model_in_rack=sum(racks.get(d, 0) for d in rack_of[node.id]),
             holdings=held,
         )
     return rooms
@@ -528,7 +538,7 @@ class PlacementPass:
         self._slot = {node_id: s for s, node_id in enumerate(self._ids)}
         self._node = [by_id[node_id] for node_id in self._ids]
         self._order = [self._slot[node.id] for node in self.nodes]  # the list's nodes, as slots
-        self._rack = [node.labels.get(RACK_LABEL, "") for node in self._node]
+        self._rack = [spread_domains(node) for node in self._node]  # its rack and PDUs
         self._healthy = [tuple((d.index, d.gpu_class) for d in node_devices(node.gpus) if d.usable)
                          for node in self._node]
         self._facts = [_facts(node) for node in self.nodes]
@@ -578,10 +588,10 @@ class PlacementPass:
         self._cores[s] -= h.cores
         here = self._here.setdefault(h.model, {})
         here[s] = here.get(s, 0) + 1
-        rack = self._rack[s]
-        if rack:
+        if self._rack[s]:
             racks = self._in_rack.setdefault(h.model, {})
-            racks[rack] = racks.get(rack, 0) + 1
+            for domain in self._rack[s]:
+                racks[domain] = racks.get(domain, 0) + 1
         return s
 
     def _room_of(self, s: int) -> tuple[dict[str, int], int, int, int]:
@@ -794,8 +804,7 @@ class PlacementPass:
         for s in weights:
             if s in view.members and s not in avoid and fits(s):
                 _, total, memory_free, cores_free = rooms[s]
-                rack = racks[s]
-                key = (here.get(s, 0), in_rack.get(rack, 0) if rack else 0, 0,
+                key = (here.get(s, 0), sum(in_rack.get(d, 0) for d in racks[s]), 0,
                        total - gpus, cores_free - cores, memory_free - memory, ids[s])
                 if best is None or key < best:
                     best, best_slot = key, s
@@ -813,8 +822,7 @@ class PlacementPass:
                 if s in weights or s in avoid or not fits(s):
                     continue
                 mine = here.get(s, 0)
-                rack = racks[s]
-                mine_in_rack = in_rack.get(rack, 0) if rack else 0
+                mine_in_rack = sum(in_rack.get(d, 0) for d in racks[s]) if racks[s] else 0
                 key = (mine, mine_in_rack, 1, total - gpus, cores_free - cores, memory_free - memory, node_id)
                 if best is None or key < best:
                     best, best_slot = key, s
@@ -824,11 +832,11 @@ class PlacementPass:
 
     def _room_for(self, s: int, model: str, *, holdings: bool = False) -> _Room:
         """The node's room as `_rooms` makes it; its holdings listed only when asked (for preemption)."""
-        rack = self._rack[s]
+        in_rack = self._in_rack.get(model, {})
         return _Room(
             node=self._node[s], held_gpus=set(self._held[s]), memory_free=self._memory[s],
             cores_free=self._cores[s], model_here=self._here.get(model, {}).get(s, 0),
-            model_in_rack=self._in_rack.get(model, {}).get(rack, 0) if rack else 0,
+            model_in_rack=sum(in_rack.get(d, 0) for d in self._rack[s]),
             holdings=[h for h in self._holdings if h.node == self._ids[s]] if holdings else [],
         )
 
@@ -952,6 +960,7 @@ def _allocate(room: _Room, profile: Profile, engine: str, model: ModelConfig) ->
 
 __all__ = [
     "CLASS_RANK",
+    "PDU_LABEL",
     "RACK_LABEL",
     "Decision",
     "Holding",
@@ -960,4 +969,5 @@ __all__ = [
     "Rejection",
     "format_bytes",
     "place",
+    "spread_domains",
 ]

@@ -92,9 +92,8 @@ def decide_nodes(p: PlacementPass, model: ModelConfig, profile: Profile, engine:
 
     def key(s: int) -> tuple:
         _, total, memory_free, cores_free = rooms[s]
-        rack = racks[s]
         joined = gpus <= 1 or set(cards(s)) <= nvlinked(nodes[s])
-        return (here.get(s, 0), in_rack.get(rack, 0) if rack else 0, 0 if s in weights else 1,
+        return (here.get(s, 0), sum(in_rack.get(d, 0) for d in racks[s]), 0 if s in weights else 1,
                 0 if joined else 1, total - gpus, cores_free - cores, memory_free - memory, ids[s])
 
     best: tuple | None = None

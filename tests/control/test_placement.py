@@ -125,6 +125,20 @@ def test_spread_across_racks():
     assert place(m, ns, held, engines=ENGINES).placement.node == "b1"
 
 
+def test_spread_across_pdus_too_fewer_shared_first():
+    """Two racks on one PDU, a third on its own: the second replica goes to the rack that shares nothing with
+    the first; a dual-fed rack sharing one of its feeds comes after one sharing none."""
+    m = model("spread")
+    ns = nodes(register("a1", labels={"llmgw.io/rack": "r1", "llmgw.io/pdu": "p1"}),
+               register("b1", labels={"llmgw.io/rack": "r2", "llmgw.io/pdu": "p1,p2"}),
+               register("c1", labels={"llmgw.io/rack": "r3", "llmgw.io/pdu": "p3"}, cores=16))
+    held = [Holding("spread-1", "spread", "a1")]
+    assert place(m, ns, held, engines=ENGINES).placement.node == "c1"
+    held.append(Holding("spread-2", "spread", "c1"))
+    # b1 shares p1 with a1; a1 shares its rack and PDU with a replica: b1 shares fewer.
+    assert place(m, ns, held, engines=ENGINES).placement.node == "b1"
+
+
 def test_profiles_in_order_of_preference():
     m = model("two", profiles=[
         {"name": "gpu", "engine": "vllm", "gpus": 1, "gpu_class": "h100-80gb"},
