@@ -96,7 +96,15 @@ def pending(applied: dict[int, str], available: list[Migration]) -> list[Migrati
 async def run_migrations(target: MigrationTarget, dialect: str) -> int:
     """Bring the schema up to date; returns the schema version now."""
     available = load_migrations(dialect)
-    todo = pending(await target.applied(), available)
+    applied = await target.applied()
+    todo = pending(applied, available)
+    apply_all = getattr(target, "apply_all", None)
+    if not applied and todo and apply_all is not None:
+        # A new store: every file in one transaction (SQLite), one wait for the disk instead of one a file.
+        log.info("store: creating the schema, migrations %04d to %04d (%s)", todo[0].version, todo[-1].version,
+                 dialect)
+        await apply_all(todo)
+        return available[-1].version
     for m in todo:
         log.info("store: applying migration %04d_%s (%s)", m.version, m.name, dialect)
         await target.apply(m)

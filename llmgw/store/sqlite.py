@@ -45,6 +45,8 @@ from llmgw.compat import fromisoformat
 BUSY_TIMEOUT_MS = 5000
 #: The rollback journal, kept in place as an empty file between transactions (see _connect_once).
 JOURNAL_MODE = "TRUNCATE"
+#: In rollback-journal mode NORMAL can corrupt the file at a power loss; FULL waits for the disk at each commit.
+SYNC = "FULL"
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
@@ -247,8 +249,7 @@ async def _connect_once(target: str, *, memory: bool) -> aiosqlite.Connection:
             if row is None or str(row[0]).lower() != JOURNAL_MODE.lower():
                 raise StoreError(f"sqlite: {target} could not be put in {JOURNAL_MODE} journal mode"
                                  f" (got {row and row[0]})")
-            # FULL: in rollback-journal mode, NORMAL can corrupt the file at a power loss.
-            await conn.execute("PRAGMA synchronous = FULL")
+            await conn.execute(f"PRAGMA synchronous = {SYNC}")
     except BaseException:
         await conn.close()
         raise
@@ -265,17 +266,24 @@ class _SQLiteMigrations:
             return {int(r[0]): r[1] for r in await cur.fetchall()}
 
     async def apply(self, migration: Migration) -> None:
+        await self.apply_all([migration])
+
+    async def apply_all(self, migrations: list[Migration]) -> None:
         # Statement by statement inside our own transaction (executescript
-        # would commit on its own), and only if another process starting on
-        # the same file has not applied it in the meantime.
+        # would commit on its own), each file only if another process starting
+        # on the same file has not applied it in the meantime. All of them in
+        # one transaction: a new store's schema is one commit, not one a file.
         conn = self._conn
+        migration = migrations[0]
         try:
             await conn.execute("BEGIN IMMEDIATE")
-            async with conn.execute(
-                "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
-            ) as cur:
-                done = await cur.fetchone()
-            if done is None:
+            for migration in migrations:
+                async with conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
+                ) as cur:
+                    done = await cur.fetchone()
+                if done is not None:
+                    continue
                 for statement in split_script(migration.sql):
                     await conn.execute(statement)
                 await conn.execute(
