@@ -146,3 +146,44 @@ async def test_a_refused_recipient_fails_for_good_and_the_queue_outlives_a_resta
     finally:
         await again.close()
     assert wait_after(3) == dt.timedelta(minutes=4) and wait_after(20) == dt.timedelta(hours=1)
+
+
+def test_config_check_names_a_mail_key_that_cannot_work(tmp_path) -> None:
+    from llmgw.config import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        parse_server_config({"mail": {"host": "smtp.example.com", "username": "gw", "security": "none",
+                                      "ca_file": str(tmp_path / "missing.pem")}})
+    problems = [str(p) for p in refused.value.problems]
+    assert any(p.startswith("mail.from: expected the sender's address") for p in problems), problems
+    assert any(p.startswith("mail.portal_url: expected the portal's address") for p in problems)
+    assert any(p.startswith("mail.password: empty, and username is set") for p in problems)
+    assert any(p.startswith("mail.security: none would send the password in clear") for p in problems)
+    assert any(p.startswith("mail.ca_file:") and "is not a file" in p for p in problems)
+    assert not parse_server_config({}).mail.enabled  # no mail: section, no mail and no complaint
+
+
+def test_users_approve_queues_the_mail_with_a_mail_server_and_says_so_without(tmp_path, capsys) -> None:
+    from ctl_live import run_ok
+
+    db = f"sqlite:///{tmp_path}/store.db"
+    config = tmp_path / "server.yaml"
+    config.write_text(f"store:\n  dsn: {db}\nmail:\n  host: 127.0.0.1\n  security: none\n"
+                      f"  from: llm@example.com\n  portal_url: {PORTAL}\n")
+    run_ok(capsys, "users", "create", "gil@example.com", "--pending", "--store", db)
+    run_ok(capsys, "users", "create", "hal@example.com", "--pending", "--store", db)
+    out = run_ok(capsys, "users", "approve", "gil@example.com", "--config", str(config))
+    assert "a mail telling them is on its way" in out
+    out = run_ok(capsys, "users", "approve", "hal@example.com", "--store", db)
+    assert "tell hal@example.com they may sign in now" in out
+
+    async def queued():
+        store = await open_store(db)
+        try:
+            return await store.list_mail()
+        finally:
+            await store.close()
+
+    (mail,) = asyncio.run(queued())
+    assert (mail.to, mail.kind, mail.state) == ("gil@example.com", "approved", "waiting")
+    assert f"{PORTAL}/signin" in mail.body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 from .conftest import Site
@@ -56,3 +57,18 @@ async def test_the_report_is_in_turkish_on_a_turkish_page(site: Site) -> None:
     done = await admin.post(f"/admin/people/{ayse.id}", {"csrf": page.csrf, "action": "forget",
                                                          "confirm": "ayse@example.com"})
     assert "Kullanımı forgotten-" in done.text and "üyelikler: 1" in done.text
+
+
+async def test_the_account_page_refuses_a_key_longer_than_its_projects_cap_naming_it(site: Site) -> None:
+    await site.person()
+    tenancy = site.portal.tenancy("test")
+    await tenancy.set_key_lifetime("acme/search", dt.timedelta(days=7))
+    b = await site.browser()
+    await b.sign_in("ayse@example.com")
+    project_id = (await tenancy.find("acme/search/indexer")).id
+    refused = await b.submit("/account", "/account/keys", {"name": "laptop", "project": project_id, "days": "30"})
+    assert refused.status == 400 and "at most 168h, set by team acme/search" in refused.text
+    made = await b.submit("/account", "/account/keys", {"name": "laptop", "project": project_id})
+    assert made.status == 200
+    (key,) = await site.store.list_keys(project_id=project_id)
+    assert abs((key.expires_at - key.created_at) - dt.timedelta(days=7)) < dt.timedelta(seconds=5)
