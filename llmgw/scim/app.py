@@ -97,7 +97,8 @@ def _error(status: int, detail: str, scim_type: str | None = None) -> web.Respon
     body: dict[str, Any] = {"schemas": [ERROR], "status": str(status), "detail": detail}
     if scim_type:
         body["scimType"] = scim_type
-    return _json(body, status)
+    headers = {"WWW-Authenticate": 'Bearer realm="llmgw scim"'} if status == 401 else None
+    return _json(body, status, headers)
 
 
 def _base(request: web.Request) -> str:

@@ -53,6 +53,7 @@ async def test_users_and_groups_need_the_organizations_token(scim_site, http):
     async with http.get(scim_site.scim + "/Users") as r:
         assert r.status == 401 and "llmgw org scim-token" in (await r.json(content_type=None))["detail"]
         assert r.headers["Content-Type"].startswith("application/scim+json")
+        assert r.headers["WWW-Authenticate"].startswith("Bearer")
     async with http.get(scim_site.scim + "/Users", headers={"Authorization": "Bearer llmgw-scim-nope"}) as r:
         assert r.status == 401
     async with http.get(scim_site.scim + "/ServiceProviderConfig") as r:
