@@ -56,6 +56,19 @@ _KINDS = {"integer": "an integer", "number": "a number", "boolean": "true or fal
           "array": "a list", "object": "an object", "null": "null"}
 
 
+_NO_INSTANCE = {
+    "minItems": lambda n: f"give at least {n}",
+    "maxItems": lambda n: f"give at most {n}",
+    "minLength": lambda n: "must not be empty" if n == 1 else f"at least {n} characters",
+    "maxLength": lambda n: f"at most {n} characters",
+    "const": lambda v: f"must be {v!r}" if not isinstance(v, bool) else f"must be {str(v).lower()}",
+    "not": lambda _: "does not fit the document's rules for it",
+    "anyOf": lambda _: "does not fit any of the forms the document gives",
+    "oneOf": lambda _: "does not fit exactly one of the forms the document gives",
+    "uniqueItems": lambda _: "names one of them twice; give each once",
+}
+
+
 def _field(path) -> str:
     out = ""
     for part in path:
@@ -64,13 +77,18 @@ def _field(path) -> str:
 
 
 def _refusal(where: str, validator: jsonschema.protocols.Validator, value: Any) -> BadRequest | None:
-    error = best_match(validator.iter_errors(value))
-    if error is None:
+    errors = list(validator.iter_errors(value))
+    if not errors:
         return None
+    # A value of the wrong type first: what it should be is then the first thing to fix.
+    typed = [e for e in errors if e.validator == "type"]
+    error = best_match(typed or errors)
     field = _field(error.absolute_path)
     want, got = error.validator_value, repr(error.instance)
     got = got if len(got) <= 60 else got[:57] + "..."
-    if error.validator == "type":
+    if error.schema.get("x-why") and error.validator != "type":  # a rule across fields (body_rules), its words
+        sentence = error.schema["x-why"]
+    elif error.validator == "type":
         kinds = want if isinstance(want, list) else [want]
         sentence = f"expected {' or '.join(_KINDS.get(k, k) for k in kinds)}, got {got}"
     elif error.validator == "enum":
@@ -87,23 +105,82 @@ def _refusal(where: str, validator: jsonschema.protocols.Validator, value: Any) 
         sentence = error.message
     elif error.validator == "pattern" and error.schema.get("x-form"):  # llmgw.admin.forms: the form in words
         sentence = f"{got} is not {error.schema['x-form']}"
+    elif error.validator in _NO_INSTANCE:  # their messages quote the whole value, which may hold a secret
+        sentence = _NO_INSTANCE[error.validator](want)
     else:
         sentence = error.message if len(error.message) <= 200 else error.message[:197] + "..."
     return BadRequest(f"{field}: {sentence}" if field else f"{where}: {sentence}")
 
 
-def check_body(route, value: Any) -> None:
-    """BadRequest naming the field when `value` is not what the document says the operation takes."""
-    validator = _body_validator(route.method, route.full_path)
+def documented_path(route, params: Mapping[str, str] | None = None) -> str | None:
+    """The document's path of this request: the route's, or for a route documented as one path per value of
+    a path parameter (PUT /settings/{key}), that value's; None for a value the document has no path for."""
+    from llmgw.admin.body_rules import per_parameter
+
+    expanded = _expanded(route.method, route.full_path)
+    if expanded is None:
+        return route.full_path
+    value = (params or {}).get(expanded, "")
+    path = route.full_path.replace("{" + expanded + "}", value)
+    return path if path in _document()["paths"] and "{" not in value else None
+
+
+@functools.lru_cache(maxsize=None)
+def _expanded(method: str, path: str) -> str | None:
+    from llmgw.admin.body_rules import per_parameter
+    from llmgw.admin.routes import ROUTES
+
+    route = next(r for r in ROUTES if r.method == method and r.full_path == path)
+    found = per_parameter(route)
+    return None if found is None else found[0]
+
+
+_VALUE_ONLY = jsonschema.Draft202012Validator(
+    {"type": "object", "properties": {"value": {}}, "required": ["value"], "additionalProperties": False})
+
+
+def operations_of(route) -> list[tuple[str, dict[str, Any]]]:
+    """(the document's path, its operation) for the route: one, or one per value of its path parameter."""
+    expanded = _expanded(route.method, route.full_path)
+    if expanded is None:
+        return [(route.full_path, _operation(route.method, route.full_path))]
+    prefix, _, suffix = route.full_path.partition("{" + expanded + "}")
+    return [(path, ops[route.method.lower()]) for path, ops in _document()["paths"].items()
+            if path.startswith(prefix) and path.endswith(suffix) and "{" not in path[len(prefix):len(path) - len(suffix) or None]
+            and route.method.lower() in ops]
+
+
+def check_body(route, value: Any, params: Mapping[str, str] | None = None) -> None:
+    """BadRequest naming the field when `value` is not what the document says the operation takes (an
+    unknown value of a path parameter the document has one path per value for is the handler's to refuse)."""
+    if _expanded(route.method, route.full_path) is not None:
+        # One path per setting: the body's shape here; its value is the handler's to read, by the same
+        # llmgw.admin.settings.SettingSpec each path's schema is written from (so they agree), in its words.
+        validator = _VALUE_ONLY
+    else:
+        validator = _body_validator(route.method, route.full_path)
     if validator is not None and (problem := _refusal("body", validator, value)) is not None:
         raise problem
 
 
+@functools.cache
+def _list_params(method: str, path: str) -> frozenset[str]:
+    """The query parameters that are lists, written with commas between (style form, explode false)."""
+    return frozenset(p["name"] for p in _operation(method, path).get("parameters", [])
+                     if isinstance(p, dict) and p.get("in") == "query" and p.get("schema", {}).get("type") == "array")
+
+
 def check_query(route, values: Mapping[str, Any]) -> None:
-    """The same for the query parameters, once read into numbers and booleans."""
+    """The same for the query parameters, once read into numbers and booleans (a list from its commas)."""
     validator = _query_validator(route.method, route.full_path)
-    if validator is not None and (problem := _refusal("query", validator, dict(values))) is not None:
+    if validator is None:
+        return
+    values = dict(values)
+    for name in _list_params(route.method, route.full_path) & set(values):
+        text = values[name]
+        values[name] = text.split(",") if isinstance(text, str) and text else []
+    if (problem := _refusal("query", validator, values)) is not None:
         raise problem
 
 
-__all__ = ["check_body", "check_query"]
+__all__ = ["check_body", "check_query", "documented_path", "operations_of"]

@@ -119,7 +119,7 @@ def make_endpoint(route: Route) -> Callable[[web.Request], Awaitable[web.StreamR
                 if route.raw_body and not isinstance(raw, dict):
                     raise BadRequest(f"body: expected a JSON object, got {type(raw).__name__}")
                 call.body = raw if route.raw_body else structure(raw, route.request)
-                check_body(route, raw)  # and what the OpenAPI document refuses besides, the server refuses
+                check_body(route, raw, params)  # and what the OpenAPI document refuses besides, the server refuses
             call.target = _fill(route.target, call.fields)
             result = await route.handler(call)
         except Exception as exc:  # noqa: BLE001 - every failure is answered as a refusal
@@ -166,11 +166,20 @@ async def read_json(request: web.Request) -> Any:
     if not text.strip():
         return {}
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=_number)
     except RecursionError:
         raise BadRequest("body: objects and arrays nest too deep") from None
     except ValueError as exc:
         raise BadRequest(f"body: not JSON ({exc})") from None
+
+
+def _number(text: str) -> int | float:
+    """A JSON number with a fraction or exponent: a whole one (10.0, 1e3) is the integer it is, as JSON
+    Schema counts it (the document's integer fields take 10.0), else a float."""
+    value = float(text)
+    if value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
 
 
 _TRUE = ("true", "1", "yes")

@@ -52,11 +52,11 @@ TREE_SCOPE: dict[str, Any] = {
 SCOPE: dict[str, Any] = {
     "x-form": "a scope: org:NAME, team:ORG/TEAM, project:PATH, user:EMAIL or key:ID",
     "pattern": rf"^((org|team|project):{_TREE}|(user|key):{_WORD})$"}
-_GROUPS = "(org|team|project|user|key|model)"
-#: Groups for the usage export: a comma-separated list of them, or empty.
+#: Groups for the usage export: a list of them, each at most once, written separated by commas (the query
+#: parameter's style form, explode false: by=project,model), or empty for none.
 GROUPS: dict[str, Any] = {
-    "x-form": "groups among org, team, project, user, key, model, separated by commas",
-    "pattern": rf"^({_GROUPS}(,{_GROUPS})*)?$"}
+    "x-form": "groups among org, team, project, user, key, model, separated by commas, each once",
+    "type": "array", "items": {"enum": ["org", "team", "project", "user", "key", "model"]}, "uniqueItems": True}
 #: One group for the usage report, or none.
 GROUP: dict[str, Any] = {"x-form": "one of org, team, project, user, key, model or none (one group at a time)",
                          "pattern": "^(org|team|project|user|key|model|none)$"}

@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from llmgw.admin import body_rules
 from llmgw.admin.convert import unstructure
 from llmgw.admin.fields import Unset
 from llmgw.config.fields import doc_of, yaml_key
@@ -39,6 +40,8 @@ _PRIMITIVES: dict[Any, dict[str, Any]] = {
     Duration: {"type": ["string", "number"], "pattern": r"^[0-9.+-][0-9.a-zµ]*$",
                "description": "A duration like 30s, 250ms or 1h30m; a bare number is seconds."},
     ByteSize: {"type": ["string", "integer"], "minimum": 0,
+               # llmgw.config.units: a number, spaces, a unit of bytes in any case (k, KB, KiB … T, TB, TiB)
+               "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([bB]|[kKmMgGtT]([iI]?[bB]?))?\s*$",
                "description": "A size like 128MiB or 1GB; a bare number is bytes."},
     Secret: {"type": "string", "description": "A secret: the value, env:NAME or file:/path."},
 }
@@ -113,6 +116,9 @@ class SchemaRegistry:
             out["required"] = required
         # A rule over several fields (one of two given; one field's form when another is set), enforced alike.
         out.update(getattr(cl, "__schema__", None) or {})
+        if cl.__module__.startswith("llmgw.config."):  # server.yaml's: no count or duration is negative
+            out["properties"] = {k: _not_negative(v) for k, v in properties.items()}
+        out = body_rules.merge(out, body_rules.rules_of(cl))  # server.yaml's rules across its fields
         if strict:
             out["additionalProperties"] = False
         return out
@@ -146,6 +152,19 @@ class SchemaRegistry:
         raise TypeError(f"no JSON schema for {tp!r}")
 
 
+def _not_negative(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field of server.yaml's classes: numbers from 0 (llmgw.config.validate refuses any below), and a
+    duration's text without a minus."""
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if not ({"integer", "number"} & set(kinds)) or "minimum" in schema:
+        return schema
+    out = {**schema, "minimum": 0}
+    if out.get("pattern") == _PRIMITIVES[Duration]["pattern"]:
+        out["pattern"] = r"^[0-9.+][0-9.a-zµ]*$"
+    return out
+
+
 class _NoDefault:
     pass
 
@@ -167,11 +186,16 @@ def _default(f: attrs.Attribute) -> Any:
     return value
 
 
-def _operation(route: Any, registry: SchemaRegistry) -> dict[str, Any]:
+def _operation(route: Any, registry: SchemaRegistry, fixed: tuple[str, str, dict[str, Any]] | None = None,
+               ) -> dict[str, Any]:
+    """`fixed`: (a path parameter, its value, the body's schema) for one of the paths of a route documented
+    as one path per value of that parameter (llmgw.admin.body_rules.per_parameter)."""
     from llmgw.admin.security import ACTOR_HEADER, VIA_HEADER
 
     params: list[dict[str, Any]] = []
     for name in route.path_params:
+        if fixed is not None and name == fixed[0]:
+            continue
         doc = route.params[name]  # a llmgw.admin.forms.Param carries the form the server takes
         params.append({"name": name, "in": "path", "required": True, "description": str(doc),
                        "schema": {"type": "string", "minLength": 1, **getattr(doc, "schema", {})}})
@@ -183,20 +207,35 @@ def _operation(route: Any, registry: SchemaRegistry) -> dict[str, Any]:
                 schema = registry.of([a for a in typing.get_args(hints[f.name]) if a is not type(None)][0], True)
             schema = {**schema, **f.metadata.get("schema", {})}  # field(schema=...), enforced by body_schema
             param = {"name": yaml_key(f), "in": "query", "description": doc_of(f), "schema": schema}
+            keys = {g.name: yaml_key(g) for g in attrs.fields(route.query)}
+            if after := body_rules.query_param_rules(route.query, f.name, keys).get("x-llmgw-after"):
+                param["x-llmgw-after"] = after  # a relation between two values, which JSON Schema cannot say
+                param["description"] = f"{doc_of(f)} Must be after {after}."
+            if schema.get("type") == "array":  # a list written with commas between: by=project,model
+                param.update(style="form", explode=False)
             default = _default(f)
             if f.default is attrs.NOTHING:
                 param["required"] = True
             elif default is not _NO_DEFAULT and default is not None:
+                if schema.get("type") == "array" and isinstance(default, str):
+                    default = default.split(",") if default else []
                 param["schema"] = {**schema, "default": default}
             params.append(param)
     params += [{"$ref": f"#/components/parameters/{ACTOR_HEADER}"}, {"$ref": f"#/components/parameters/{VIA_HEADER}"}]
     op: dict[str, Any] = {"operationId": route.operation_id, "summary": route.summary, "tags": [route.tag]}
+    if fixed is not None:
+        op["operationId"] += "__" + fixed[1].replace(".", "_")
+        op["summary"] += f": {fixed[1]}"
     if route.description:
         op["description"] = inspect.cleandoc(route.description)
     op["parameters"] = params
-    if route.request is not None:
-        op["requestBody"] = {"required": True, "content": {
-            "application/json": {"schema": registry.ref(route.request, strict=True)}}}
+    if fixed is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": fixed[2]}}}
+    elif route.request is not None:
+        schema = registry.ref(route.request, strict=True)
+        if rules := body_rules.request_rules(route.request):  # what this request must also be
+            schema = {"allOf": [schema, rules]}
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
     if route.response is not None:
         content = {"application/json": {"schema": registry.ref(route.response, strict=False)}}
         described = _first_paragraph(route.response.__doc__) or route.summary
@@ -224,7 +263,14 @@ def build_document(routes: Sequence[Any], tags: Sequence[tuple[str, str]]) -> di
     registry.ref(ErrorBody, strict=False)
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
-        paths.setdefault(route.full_path, {})[route.method.lower()] = _operation(route, registry)
+        expanded = body_rules.per_parameter(route)
+        if expanded is None:
+            paths.setdefault(route.full_path, {})[route.method.lower()] = _operation(route, registry)
+            continue
+        name, bodies = expanded  # one path per value, each with its own body (PUT /settings/{key})
+        for value, body in bodies.items():
+            path = route.full_path.replace("{" + name + "}", value)
+            paths.setdefault(path, {})[route.method.lower()] = _operation(route, registry, (name, value, body))
     return {
         "openapi": "3.1.0",
         "info": {

@@ -87,17 +87,28 @@ def test_a_few_of_each_operation_no_server_error_and_every_change_audited(tmp_pa
 def test_many_of_each_operation_no_server_error_and_every_change_audited(tmp_path, mode):
     statuses = fuzz(tmp_path, mode, 25)
     assert sum(n for s, n in statuses.items() if s < 300) > 0, statuses
-#: Refusals of schema-valid data the document does not state (yet), each with why; anything else fails.
+#: Refusals of schema-valid data for rules the document states where JSON Schema cannot check them, each with
+#: why; anything else fails. Each is a relation between two values, or the running configuration's.
 UNSTATED = {
-    # A relation between two query values: JSON Schema cannot compare one value with another.
+    # until comes after since: the parameter says so (x-llmgw-after); JSON Schema cannot compare two values.
     "must be after since": "until before since",
-    # Each group once: a regular expression would need a back-reference the generators do not all take.
-    "names a group twice": "a usage export group given twice",
-    # POST /models takes server.yaml's models[] entry (llmgw.config.server.ModelConfig): its document is the
-    # configuration's, and its checks across fields (profiles or endpoints) are server.yaml's own.
-    "the model cannot be added": "a models[] entry server.yaml would refuse",
-    # A setting's value takes the form of that setting (the key is in the path); GET /settings says each form.
-    "PUT /api/v1/settings/": "a value of another setting's form",
+    # A duration setting's text adds up past its bounds (x-llmgw-seconds); JSON Schema cannot add it up.
+    "is above the most allowed": "a duration setting's text above its maximum",
+    "is below the least allowed": "a duration setting's text below its minimum",
+    "longer than any span": "a duration setting's text past any span",
+    # The bands are the running configuration's (x-llmgw-choices-from); GET /settings/{key} lists them.
+    "admission.default_band: expected one of": "a band the configuration does not have",
+    # A models[] entry's relations between fields and with the catalog (x-llmgw-rules, in words).
+    "is more than max": "scaling.min above scaling.max",
+    "is less than the window's min": "a window's max below its min",
+    "give the window some length": "a window from and to the same minute",
+    "does not divide the replica's": "a parallel size that does not divide the cards",
+    "they must be equal": "parallel sizes whose product is not the cards",
+    "'s name too": "two profiles of one name",
+    "names the model itself": "a fallback naming its own model",
+    "no model is called": "a fallback naming a model not in the catalog",
+    "already names": "a name or alias another model has",
+    "at most 24h, got": "a prewarm written as text past 24h",
 }
 
 

@@ -11,8 +11,10 @@ from aiohttp import web
 from openapi_spec_validator import validate
 
 from llmgw.admin import make_admin_app
+from llmgw.admin.body_schema import operations_of
 from llmgw.admin.dispatch import PREFIX
 from llmgw.admin.routes import ROUTES, openapi_document, openapi_text
+from llmgw.admin.settings import SETTING_KEYS
 from llmgw.config.server import ServerConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -43,7 +45,10 @@ def test_every_route_served_is_in_the_table_and_the_other_way_round():
 def test_every_route_of_the_table_is_in_the_document_and_nothing_else():
     paths = openapi_document()["paths"]
     documented = {(m.upper(), p) for p, ops in paths.items() for m in ops}
-    assert documented == {(r.method, r.full_path) for r in ROUTES}
+    # PUT /settings/{key} is documented once per setting, each with its value's form
+    assert documented == {(r.method, path) for r in ROUTES for path, _ in operations_of(r)}
+    settings = [path for path, _ in operations_of(next(r for r in ROUTES if r.handler.__name__ == "set_setting"))]
+    assert "/api/v1/settings/router.retries.attempts" in settings and len(settings) == len(SETTING_KEYS)
 
 
 def test_the_committed_document_is_current():
