@@ -125,7 +125,10 @@ def _generic(config: Any) -> list[Problem]:
 
 def _url(path: tuple, url: str, what: str, *, shown: bool = True) -> list[Problem]:
     """`shown` False: the address came from env: or file: (it may be a key) and is not repeated."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a bracket left open, an address that is not IPv6 in brackets
+        parts = urlsplit("")
     if parts.scheme not in ("http", "https") or not parts.netloc:
         got = repr(url) if shown else "something else"
         return [Problem(path, f"expected {what} starting http:// or https://, got {got}")]
