@@ -127,7 +127,8 @@ _ANTHROPIC_COMMON = {
     "model": _MODEL,
     "messages": {"type": "array", "items": {
         "type": "object", "required": ["role", "content"],
-        "properties": {"role": {"enum": ["user", "assistant"]}, "content": _ANTHROPIC_CONTENT}}},
+        # system: Claude Code puts system turns among its messages (after the first), as Anthropic's API takes
+        "properties": {"role": {"enum": ["user", "assistant", "system"]}, "content": _ANTHROPIC_CONTENT}}},
     "system": {"anyOf": [_STR, {"type": "array", "items": _ANTHROPIC_BLOCK}]},
     "tools": {"type": "array", "items": _ANTHROPIC_TOOL},
     "tool_choice": {"type": "object", "required": ["type"],

@@ -135,7 +135,10 @@ class Engine:
                     param="messages" if plan.kind == "chat" else "prompt",
                     code="context_length_exceeded",
                 )
-            if wanted is not None:
+            ends = self.options.answer_tokens
+            if wanted is not None and ends and wanted > ends:  # the "model" is done before the limit
+                out.append((ends, "stop"))
+            elif wanted is not None:
                 out.append((wanted, "length"))
             else:  # no limit asked: the "model" ends on its own, or at the context's end
                 default = self.options.max_tokens_default
@@ -183,7 +186,8 @@ class Engine:
             else:
                 finish = "stop"
         else:
-            pieces = tokens.generate(seed, budget)
+            lead = tokens.split_text(self.options.answer_prefix)[:budget] if self.options.answer_prefix else []
+            pieces = lead + tokens.generate(seed, budget - len(lead))
         spent = len(pieces)
         if plan.stop:
             stopped = _apply_stop(pieces, plan.stop)

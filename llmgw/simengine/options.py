@@ -119,6 +119,25 @@ class SimOptions:
             "N",
         ),
     )
+    answer_tokens: int = attrs.field(
+        default=0,
+        validator=_non_negative,
+        metadata=_flag(
+            "--answer-tokens",
+            "tokens after which an answer ends on its own (finish_reason `stop`) even when max_tokens "
+            "allows more, as a model reaching its end does; 0: answers run to max_tokens",
+            "N",
+        ),
+    )
+    answer_prefix: str = attrs.field(
+        default="",
+        metadata=_flag(
+            "--answer-prefix",
+            "text every generated answer begins with (its tokens count toward the answer's length), "
+            "so one revision of a model can answer a quality suite right and another wrong",
+            "TEXT",
+        ),
+    )
     max_num_seqs: int = attrs.field(
         default=256,
         validator=_positive,

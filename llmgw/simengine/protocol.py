@@ -278,6 +278,9 @@ def _tool_asked_for(messages: Any, functions: list[dict]) -> dict | None:
         return None
     if messages[-1].get("role") != "user":
         return None
+    earlier = [m for m in messages if isinstance(m, dict) and m.get("role") != "user"]
+    if earlier and earlier[-1].get("role") in ("tool", "function"):
+        return None  # a tool's result came back (the user's turn only adds notes to it): answered in words
     try:
         text = _content_text(messages[-1].get("content"), "messages")
     except APIError:

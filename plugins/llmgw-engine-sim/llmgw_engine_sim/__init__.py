@@ -24,7 +24,7 @@ class SimEngine(Engine):
         flags=flag_table(
             "--seed= --ttft= --prefill-per-token= --tpot= --max-tokens-default= --max-num-seqs= --block-size= "
             "--kv-cache-blocks= --no-enable-prefix-caching --embedding-dim= --context-length= --max-model-len= "
-            "--fail-rate= --task="
+            "--fail-rate= --task= --answer-tokens= --answer-prefix="
         ),
         managed=("--host", "--port", "--listen", "--model", "--served-model-name", "--api-key"),
         env=("TZ",),
