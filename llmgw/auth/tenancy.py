@@ -312,6 +312,10 @@ class Tenancy:
         verb = {"active": "activate", "suspended": "suspend"}.get(state, "state")
         await self._audit(f"users.{verb}", f"user:{user.id}", {"email": user.email, "from": user.state, "to": state})
         self._changed()
+        # Every other gateway forgets its cached keys within a second (llmgw.auth.key_changes).
+        from llmgw.auth.key_changes import keys_changed
+
+        await keys_changed(self.store, self.actor)
         return updated
 
     async def set_user_role(self, ref: str, role: str) -> User:

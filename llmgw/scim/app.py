@@ -21,7 +21,8 @@ from aiohttp import web
 from llmgw.auth.tenancy import Tenancy
 from llmgw.config.server import ServerConfig
 from llmgw.obs import logs
-from llmgw.scim import key_changes, tokens
+from llmgw.auth import key_changes
+from llmgw.scim import tokens
 from llmgw.scim.directory import Directory, ScimError
 from llmgw.scim.filters import FilterError, parse_filter
 from llmgw.scim.patch import PatchError, apply_patch
@@ -55,6 +56,7 @@ def install_scim(app: web.Application, config: ServerConfig, *, store_key: web.A
     """Add /scim/v2 to the client app; the store is read from ``app[store_key]`` once it runs."""
     app[CONFIG] = config
     app[STORE_KEY] = store_key
+    # Suspensions made elsewhere (another control plane, llmgw users) reach this gateway's key cache.
     app.cleanup_ctx.append(key_changes.watch(store_key, _invalidate_of))
     p = PREFIX
     app.router.add_routes([

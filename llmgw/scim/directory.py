@@ -24,7 +24,6 @@ import json
 from typing import Any
 
 from llmgw.auth.tenancy import Tenancy
-from llmgw.scim.key_changes import keys_changed
 from llmgw.scim.schemas import GROUP, USER
 from llmgw.store import Conflict, Invalid, NotFound, Organization, Store, Team, User
 from llmgw.store import validate as store_validate
@@ -215,7 +214,6 @@ class Directory:
                 pass  # waiting for approval stays so until someone approves
             else:
                 user = await self.tenancy.set_user_state(user.id, state)
-                await keys_changed(self.store, self.tenancy.actor)
         return user
 
     async def delete_user(self, user: User) -> None:
@@ -223,7 +221,6 @@ class Directory:
         await self.tenancy.set_user_state(user.id, "suspended")  # keys stop first, whatever follows
         await self.store.set_scim_external_id(self.org.id, "user", user.id, None)
         await self.store.forget_user(user.id)
-        await keys_changed(self.store, self.tenancy.actor)
         await self._audit("users.forget", f"user:{user.id}", {})
 
     # ---- teams ---------------------------------------------------------------------------

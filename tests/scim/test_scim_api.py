@@ -226,3 +226,18 @@ async def test_a_person_of_another_organization_is_not_taken_over(scim_site, htt
     assert (await scim_site.store.get_user_by_email("wile@globex.com")).state == "active"
     status, body, _ = await call(http, scim_site, "POST", "/Users", {"schemas": [USER], "userName": "new@acme.com"})
     assert status == 201 and body["userName"] == "new@acme.com"
+
+
+async def test_llmgw_users_suspend_reaches_every_gateway_within_a_second(scim_site, http, tmp_path):
+    from llmgw.cli.main import main
+
+    await make_user(http, scim_site, "ada@acme.com", "Ada")
+    issued = await scim_site.server.app[PORTAL].tenancy("test").create_key(user="ada@acme.com")
+    assert await chat(http, scim_site.url, issued.secret) == 200  # cached now
+    db = str(tmp_path / "scim.db")
+    # Another process changes the store: no gateway's cache is told directly.
+    assert await asyncio.to_thread(main, ["users", "suspend", "ada@acme.com", "--store", db]) in (0, None)
+    changed = time.monotonic()
+    while await chat(http, scim_site.url, issued.secret) != 403:
+        assert time.monotonic() - changed < 1.0, "the gateway still takes the key after 1 s"
+        await asyncio.sleep(0.05)

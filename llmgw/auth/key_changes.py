@@ -1,12 +1,12 @@
 """Telling every control plane that people's keys changed, within a second.
 
 A gateway caches what a key may do for a few seconds (llmgw.auth.keys). The
-control plane that suspends or deletes a person forgets its own cache at
-once; the others learn it from the store: the setting `scim.keys_changed`
-is a counter bumped on each such change, and every gateway reads it every
-`POLL_SECONDS` and forgets its cached keys when it moved. So a person
-suspended through SCIM on one control plane gets 403 on all of them within
-a second.
+process that suspends or reinstates a person (llmgw.auth.tenancy: `llmgw
+users suspend`, the admin API, /admin, SCIM) forgets its own cache at once;
+the gateways learn it from the store: the setting `keys.changed` takes a
+new random value at each such change, and every gateway reads it every
+`POLL_SECONDS` and forgets its cached keys when it moved. So a suspended
+person's keys get 403 on every control plane within a second.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from llmgw.obs import logs
 from llmgw.store import Store, StoreError
 from llmgw.tasks import cancel_and_wait
 
-SETTING = "scim.keys_changed"
+SETTING = "keys.changed"
 #: How often each gateway reads the marker.
 POLL_SECONDS = 0.4
 
-log = logs.get("llmgw.scim")
+log = logs.get("llmgw.auth")
 
 
 async def keys_changed(store: Store, actor: str) -> None:
@@ -46,7 +46,7 @@ def watch(store_key: web.AppKey, invalidate_of: Callable[[web.Application], Call
 
     async def context(app: web.Application) -> AsyncIterator[None]:
         store = app.get(store_key)
-        task = asyncio.create_task(_loop(app, store, invalidate_of), name="llmgw-scim-key-changes") \
+        task = asyncio.create_task(_loop(app, store, invalidate_of), name="llmgw-key-changes") \
             if store is not None else None
         try:
             yield
