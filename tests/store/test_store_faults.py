@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from llmgw.store import UsageRow, WritesRefused, open_store
+from llmgw.store import StoreUnavailable, UsageRow, WritesRefused, open_store
 
 
 def _mapped(path: str) -> list[str]:
@@ -153,4 +153,29 @@ async def test_a_change_waits_for_a_reader_of_another_process_then_lands(tmp_pat
         assert await store.get_usage("r1") is not None and store.write_errors == 0
     finally:
         await reader.wait()
+        await store.close()
+
+
+@pytest.mark.slow  # the 5 s busy timeout
+async def test_a_reader_that_holds_on_past_the_busy_timeout_fails_the_change_then_it_lands(tmp_path):
+    """A reader of another process longer than 5 s: the change fails (as on a full disk, the caller keeps it:
+    usage rows go to the journal, an admin change answers 503) and works once the reader is done."""
+    db = str(tmp_path / "s.db")
+    store = await open_store(db)
+    hold = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN'); c.execute('SELECT count(*) FROM usage').fetchall(); print('reading', flush=True); "
+            "time.sleep(6.5); c.execute('COMMIT')")
+    reader = await asyncio.create_subprocess_exec(sys.executable, "-c", hold, db, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert await reader.stdout.readline() == b"reading\n"
+        with pytest.raises(StoreUnavailable, match="locked by another process for 5000 ms"):
+            await store.insert_usage_rows(_row("r1"))
+        assert store.write_errors == 1
+        await reader.wait()
+        await store.insert_usage_rows(_row("r1"))
+        assert await store.get_usage("r1") is not None
+    finally:
+        if reader.returncode is None:
+            reader.kill()
+            await reader.wait()
         await store.close()
