@@ -95,6 +95,7 @@ async def test_a_models_entry_the_document_refuses_is_refused_before_the_cluster
     error = await admin.refused("POST", "/models", spec, status=400)
     assert error.startswith(refusal), error
     assert "sk-live-123" not in error
+    assert "cannot be added" not in error  # the document's refusal, not the cluster's (which says so)
     assert not [c for c in admin.cluster.calls if c[0] == "add_model"]
 
 
