@@ -155,6 +155,9 @@ QA_TEMPLATE = (
     "{% if add_generation_prompt %}Answer:{% endif %}"
 )
 GEMMA_ARGS = ("--jinja", "--chat-template", QA_TEMPLATE, "--reverse-prompt", "Question:")
+#: The sim engine's context holds what coding agents send (Claude Code's instructions and tools are some
+#: 20,000 tokens), and its answers end on their own as a model's do, not at the 32000 tokens they ask for.
+SIM_ARGS = ("--context-length", "131072", "--answer-tokens", "256")
 
 
 def server_yaml(layout: Layout, ports: Ports, *, engine: str, model: str, source: str = "",

@@ -40,6 +40,7 @@ import attrs
 from llmgw.buildinfo import self_command
 from llmgw.up.layout import (
     GEMMA_ARGS,
+    SIM_ARGS,
     Layout,
     Ports,
     agent_yaml,
@@ -292,7 +293,8 @@ async def _run_locked(opts: UpOptions, layout: Layout, on_ready: Callable[[UpInf
     model = model_name_for(opts.engine, opts.model_file)
     gemma = opts.engine == "llamacpp" and not opts.model_file
     write_private(layout.server_yaml, server_yaml(layout, ports, engine=opts.engine, model=model, source=source,
-                                                  args=GEMMA_ARGS if gemma else ()))
+                                                  args=GEMMA_ARGS if gemma else SIM_ARGS if opts.engine == "sim"
+                                                  else ()))
     blocked = engine_user_blocked(layout, opts.engine, source)
     if blocked:
         say(f"the engine runs as root, not as the user llmgw-engine: {blocked} (give --dir in a folder others "

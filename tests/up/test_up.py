@@ -61,6 +61,12 @@ def test_the_files_it_writes_are_valid_configuration(tmp_path):
     [model] = load_server_config(layout.server_yaml).models
     assert tuple(model.profiles[0].args) == GEMMA_ARGS
     assert load_plugins(allow=None).engines()["llamacpp"].validate(list(GEMMA_ARGS), {}) == []
+    from llmgw.up.layout import SIM_ARGS
+
+    layout.server_yaml.write_text(server_yaml(layout, ports, engine="sim", model="llmgw-sim", args=SIM_ARGS))
+    [model] = load_server_config(layout.server_yaml).models
+    assert tuple(model.profiles[0].args) == SIM_ARGS, "a context coding agents fit in, answers that end"
+    assert load_plugins(allow=None).engines()["sim"].validate(list(SIM_ARGS), {}) == []
 
 
 def test_ports_beside_the_one_asked_for_or_anywhere_free():
