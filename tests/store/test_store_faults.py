@@ -179,3 +179,25 @@ async def test_a_reader_that_holds_on_past_the_busy_timeout_fails_the_change_the
             reader.kill()
             await reader.wait()
         await store.close()
+
+
+async def test_the_database_alone_made_immutable_fails_reads_too_until_it_is_writable(tmp_path):
+    db = str(tmp_path / "s.db")
+    store = await open_store(db)
+    try:
+        await store.insert_usage_rows(_row("r1"))
+        if not _chattr("+i", db):
+            pytest.skip("chattr +i is not supported here (needs root and ext4/xfs/btrfs)")
+        try:
+            with pytest.raises(WritesRefused):
+                await store.insert_usage_rows(_row("r2"))
+            with pytest.raises(WritesRefused, match="cannot be written"):  # its journal waits to be rolled back
+                await store.get_usage("r1")
+        finally:
+            _chattr("-i", db)
+        assert await store.get_usage("r1") is not None
+        await store.insert_usage_rows(_row("r2"))
+        assert await store.get_usage("r2") is not None
+    finally:
+        _chattr("-i", db)
+        await store.close()
