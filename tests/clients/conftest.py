@@ -12,6 +12,7 @@ import pytest
 
 from tests.router.conftest import gateway, http, model, sim  # noqa: F401 - the router suite's fixtures
 
+from . import anthropic_check
 from .capture import CapturingProxy
 from .openapi_check import violations
 
@@ -33,8 +34,9 @@ class Served:
         return self.proxy.url + "/v1"
 
     def check(self) -> None:
-        """Every answer an OpenAI endpoint gave fits OpenAI's document."""
-        found = violations(self.proxy.exchanges)
+        """Every answer an OpenAI endpoint gave fits OpenAI's document; every answer of Anthropic's
+        /v1/messages fits the anthropic SDK's types, strictly."""
+        found = violations(self.proxy.exchanges) + anthropic_check.violations(self.proxy.exchanges)
         assert not found, "\n".join(found[:20])
 
 
