@@ -179,7 +179,6 @@ def query_param_rules(query: type, name: str, params: dict[str, str]) -> dict[st
 # ---------------------------------------------------------------- a setting's value
 
 
-_ANY_DURATION = r"((\d+(\.\d*)?|\.\d+)(us|µs|ms|s|m|h|d))+|\d+(\.\d*)?|\.\d+"
 
 
 def _duration(spec: Any) -> dict[str, Any]:
@@ -188,7 +187,7 @@ def _duration(spec: Any) -> dict[str, Any]:
     number: dict[str, Any] = {"type": "number", "minimum": low}
     if high is not None:
         number["maximum"] = high
-    text: dict[str, Any] = {"type": "string", "pattern": rf"^\s*({_ANY_DURATION})\s*$",
+    text: dict[str, Any] = {"type": "string", "pattern": forms.duration_text("+"),
                             "x-form": "a duration like 30s, 90m, 24h or 1h30m"}
     bounds = {"minimum": low, **({"maximum": high} if high is not None else {})}
     text["x-llmgw-seconds"] = bounds  # what the text adds up to; JSON Schema cannot add it up

@@ -87,6 +87,13 @@ REPLICA_ID: dict[str, Any] = {
     "pattern": r"^([A-Za-z0-9][A-Za-z0-9._:@-]{0,127})?$"}
 
 
+def duration_text(signs: str = "+") -> str:
+    """The pattern of Duration.parse's text (llmgw.config.units): amounts with units (1h30m, 250ms) or a bare
+    number of seconds, spaces around, one sign of `signs` before."""
+    amount = r"([0-9]+(\.[0-9]*)?|\.[0-9]+)"
+    return rf"^[{_SPACE}]*[{signs}]?(({amount}(us|µs|ms|s|m|h|d))+|{amount})[{_SPACE}]*$"
+
+
 class Param(str):
     """A path parameter's description that carries its schema: `{"node": Param("The node's id.", ID)}`."""
 
@@ -98,5 +105,5 @@ class Param(str):
         return made
 
 
-__all__ = ["DURATION", "EMAIL", "GROUP", "GROUPS", "ID", "JOIN_TTL", "NAME", "ORG_PATH", "PERSON",
+__all__ = ["duration_text", "DURATION", "EMAIL", "GROUP", "GROUPS", "ID", "JOIN_TTL", "NAME", "ORG_PATH", "PERSON",
            "POSITIVE_DURATION", "Param", "REPLICA_ID", "SCOPE", "TEXT", "TREE_SCOPE", "WHEN"]

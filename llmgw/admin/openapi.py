@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from llmgw.admin import body_rules
+from llmgw.admin.forms import duration_text
 from llmgw.admin.convert import unstructure
 from llmgw.admin.fields import Unset
 from llmgw.config.fields import doc_of, yaml_key
@@ -37,7 +38,7 @@ _PRIMITIVES: dict[Any, dict[str, Any]] = {
     float: {"type": "number"},
     bool: {"type": "boolean"},
     dt.datetime: {"type": "string", "format": "date-time"},
-    Duration: {"type": ["string", "number"], "pattern": r"^[0-9.+-][0-9.a-zµ]*$",
+    Duration: {"type": ["string", "number"], "pattern": duration_text("+-"),
                "description": "A duration like 30s, 250ms or 1h30m; a bare number is seconds."},
     ByteSize: {"type": ["string", "integer"], "minimum": 0,
                # llmgw.config.units: a number, spaces, a unit of bytes in any case (k, KB, KiB … T, TB, TiB)
@@ -161,7 +162,7 @@ def _not_negative(schema: dict[str, Any]) -> dict[str, Any]:
         return schema
     out = {**schema, "minimum": 0}
     if out.get("pattern") == _PRIMITIVES[Duration]["pattern"]:
-        out["pattern"] = r"^[0-9.+][0-9.a-zµ]*$"
+        out["pattern"] = duration_text("+")
     return out
 
 
