@@ -559,6 +559,18 @@ class ScalingWindow:
 
 
 @attrs.frozen
+class ModelSlo:
+    """The latency a model is meant to keep, published as llmgw_model_slo_seconds for alerts to compare with."""
+
+    ttft_p99: Duration = setting(
+        Duration(seconds=0), doc="Time to the first token 99% of streamed requests should beat; 0 sets none."
+    )
+    tpot_p99: Duration = setting(
+        Duration(seconds=0), doc="Time per output token 99% of streamed requests should beat; 0 sets none."
+    )
+
+
+@attrs.frozen
 class Scaling:
     """How many replicas of a model run."""
 
@@ -630,6 +642,7 @@ class ModelConfig:
         factory=list, doc="Ways to run it on the cluster, in order of preference."
     )
     scaling: Scaling = section(Scaling, doc="How many replicas run.")
+    slo: ModelSlo = section(ModelSlo, doc="The latency it is meant to keep (llmgw_model_slo_seconds).")
     class_: ModelClass = setting(
         "standard",
         key="class",

@@ -84,6 +84,9 @@ METRICS: tuple[MetricDef, ...] = tuple([
            ("llmgw_pool_saturation", "gauge",
             "A model's replicas' load: requests at them and waiting for them over the requests they take at "
             "once; above 1 requests queue.", ("model",)),
+           ("llmgw_model_slo_seconds", "gauge",
+            "A model's latency objective from server.yaml models[].slo, by kind (ttft_p99, tpot_p99); only the "
+            "ones set.", ("model", "kind")),
            ("llmgw_replica_in_flight", "gauge", "Requests this gateway has at a replica.", ("model", "replica")),
            ("llmgw_replica_healthy", "gauge",
             "1 while a replica takes requests, 0 while it is ejected after failures.", ("model", "replica")),
@@ -101,8 +104,8 @@ METRICS: tuple[MetricDef, ...] = tuple([
             "Notifications by sink, event and outcome (sent, failed, dropped).", ("sink", "event", "outcome")),
            ("llmgw_budget_spent_ratio", "gauge",
             "A budget's spend this period over the budget (1 is all of it), by scope (org, team, project, "
-            "user), the scope's id as name, and period; for the budgets this gateway has checked a request "
-            "against this period.", ("scope", "name", "period")),
+            "user), the scope's id as name, and period; every budget in the store, read every 15 s.",
+            ("scope", "name", "period")),
            ("llmgw_budget_events_total", "counter",
             "Budget events told, once per budget, period and threshold: a share of budgets.notify_at crossed "
             "(threshold 0.8), or a request refused (threshold refused); scope is org, team, project, user or key.",

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -65,6 +66,7 @@ class _LiveCollector:
         self.queue_depths: Callable[[], Iterable[tuple[str, str, int]]] | None = None
         self.replicas: Callable[[], Iterable] | None = None
         self.model_updates: Callable[[], Iterable[tuple[str, float]]] | None = None
+        self.slos: Callable[[], Iterable[tuple[str, Any]]] | None = None
 
     def describe(self):
         return []
@@ -92,6 +94,7 @@ class _LiveCollector:
         yield healthy
         yield waiting
         yield self._saturation()
+        yield self._slos()
         updates = GaugeMetricFamily("llmgw_model_update_available",
                                     "1 when the repository a served model came from has new files.", labels=["model"])
         if self.model_updates is not None:
@@ -99,6 +102,17 @@ class _LiveCollector:
                 updates.add_metric([model], flag)
         yield updates
 
+    def _slos(self) -> GaugeMetricFamily:
+        """Each model's objectives (server.yaml models[].slo), the ones set."""
+        d = defn("llmgw_model_slo_seconds")
+        family = GaugeMetricFamily(d.family, d.help, labels=list(d.labels))
+        if self.slos is not None:
+            for model, slo in self.slos():
+                for kind in ("ttft_p99", "tpot_p99"):
+                    seconds = getattr(slo, kind).total_seconds()
+                    if seconds > 0:
+                        family.add_metric([model, kind], seconds)
+        return family
 
     def _saturation(self) -> GaugeMetricFamily:
         """Per model: (requests at its usable replicas + their engines' queues + admission's queue) over the
@@ -171,14 +185,18 @@ class GatewayMetrics:
 
     def bind(self, *, queue_depths: Callable[[], Iterable[tuple[str, str, int]]] | None = None,
              replicas: Callable[[], Iterable] | None = None,
-             model_updates: Callable[[], Iterable[tuple[str, float]]] | None = None) -> None:
-        """Where the live gauges read from: admission's queues, the replica set, the update checks."""
+             model_updates: Callable[[], Iterable[tuple[str, float]]] | None = None,
+             slos: Callable[[], Iterable[tuple[str, Any]]] | None = None) -> None:
+        """Where the live gauges read from: admission's queues, the replica set, the update checks, the
+        models' objectives."""
         if queue_depths is not None:
             self._live.queue_depths = queue_depths
         if replicas is not None:
             self._live.replicas = replicas
         if model_updates is not None:
             self._live.model_updates = model_updates
+        if slos is not None:
+            self._live.slos = slos
 
     def request_done(self, *, model: str, tenant: str, outcome: str, duration: float,
                      prompt_tokens: int, completion_tokens: int, ttft: float | None,

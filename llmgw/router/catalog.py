@@ -35,6 +35,7 @@ class Catalog:
         """Take up a new list of models at once (the control plane's catalog changed)."""
         if declared_only is not None:
             self.declared_only = declared_only
+        self.configs = list(models)  #: as given, for what the metrics read of them (llmgw_model_slo_seconds)
         found: dict[str, CatalogModel] = {}
         names: dict[str, str] = {}
         # guard: judges (role: guard) are the guardrails' alone: not listed, not resolved, no one's fallback.

@@ -65,6 +65,7 @@ def make_gateway_app(config: ServerConfig, store: Store | None = None,
         gateway.tracing = Tracing(config.tracing)
     app = make_router_app(gateway)
     app[METRICS] = metrics
+    metrics.bind(slos=lambda: ((m.name, m.slo) for m in gateway.catalog.configs))  # llmgw_model_slo_seconds
     if accountant is None or (resolver is None and config.auth.keys_required):
         # Before the gateway's own context, so they outlive it at shutdown.
         app.cleanup_ctx.insert(0, functools.partial(_owned_parts, config, store))
@@ -182,7 +183,9 @@ async def _owned_parts(config: ServerConfig, given_store: Store | None, app: web
                 gateway.metrics.before_scrape.append(store_collector.refresh)
                 from llmgw.obs.budget_metrics import BudgetCollector
 
-                gateway.metrics.registry.register(BudgetCollector(gateway.accountant))  # llmgw_budget_spent_ratio
+                budget_collector = BudgetCollector(store, gateway.accountant)  # llmgw_budget_spent_ratio
+                gateway.metrics.registry.register(budget_collector)
+                gateway.metrics.before_scrape.append(budget_collector.refresh)
         yield
     finally:
         for part in reversed(started):

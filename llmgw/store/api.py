@@ -305,6 +305,10 @@ class Store(abc.ABC):
     async def get_limits(self, scope_kind: str, scope_id: str) -> Limits | None: ...
 
     @abc.abstractmethod
+    async def list_budgets(self) -> list[Limits]:
+        """Every scope's limits that set a budget (for llmgw_budget_spent_ratio)."""
+
+    @abc.abstractmethod
     async def clear_limits(self, scope_kind: str, scope_id: str) -> bool:
         """False when the scope had no limits."""
 

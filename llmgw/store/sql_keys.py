@@ -243,6 +243,11 @@ class SQLKeys(SQLStoreBase):
         )
         return None if r is None else self._limits(r)
 
+    async def list_budgets(self) -> list[Limits]:
+        rows = await self._all(
+            f"SELECT {LIMIT_COLS} FROM limits WHERE budget_micros IS NOT NULL ORDER BY scope_kind, scope_id")
+        return [self._limits(r) for r in rows]
+
     async def clear_limits(self, scope_kind: str, scope_id: str) -> bool:
         args = (v.check_choice(scope_kind, LIMIT_SCOPES, "scope kind"), v.check_id(scope_id, "scope id"))
 

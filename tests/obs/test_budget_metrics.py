@@ -1,4 +1,4 @@
-"""llmgw_budget_spent_ratio on the server's /metrics: a project's spend over its budget, as requests spend it."""
+"""llmgw_budget_spent_ratio on the server's /metrics: every budget's spend over the budget, as requests spend it."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ async def test_a_projects_budget_spent_ratio_follows_its_requests(tmp_path):
     store = await open_store(db)
     project, _, secret = await project_key(store, "search", "svc")
     await store.set_limits("project", project.id, budget_micros=50_000, budget_period="day")
+    idle = await store.create_project(project.org_id, "idle")  # a budget nothing has spent from
+    await store.set_limits("project", idle.id, budget_micros=1_000_000, budget_period="month")
     async with sim_engine("m") as engine:
         config = parse_server_config({
             "store": {"dsn": db},
@@ -48,6 +50,7 @@ async def test_a_projects_budget_spent_ratio_follows_its_requests(tmp_path):
             async with ClientSession() as http, http.get(metrics_url) as resp:
                 text = await resp.text()
             assert value(text, "llmgw_budget_spent_ratio", scope="project", name=project.id, period="day") == 0.3
+            assert value(text, "llmgw_budget_spent_ratio", scope="project", name=idle.id, period="month") == 0
             assert promtool_problems(text) == []
         finally:
             for runner in reversed(runners):

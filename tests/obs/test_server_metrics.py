@@ -70,7 +70,7 @@ async def test_the_servers_endpoint_has_the_gateway_the_scheduler_and_every_node
         "control": {"lease_ttl": "1500ms", "reconcile_interval": "200ms"},
         "router": {"tag_labels": ["team"], "tag_label_values": 2},
         "models": [
-            {"name": "m", "endpoints": [{"url": engine.url + "/v1"}]},
+            {"name": "m", "endpoints": [{"url": engine.url + "/v1"}], "slo": {"ttft_p99": "1500ms"}},
             # Nine cards on one node: no node has them, so every pass counts a placement that found no room.
             {"name": "huge", "engine": "sim", "profiles": [{"name": "d", "gpus": 9}]},
         ],
@@ -114,6 +114,8 @@ async def test_the_servers_endpoint_has_the_gateway_the_scheduler_and_every_node
             assert value(text, "llmgw_requests_total", model="m", outcome="ok", team="") == 1
             assert value(text, "llmgw_output_tokens_per_second_count", model="m") == 4
             assert value(text, "llmgw_pool_saturation", model="m") == 0
+            assert value(text, "llmgw_model_slo_seconds", model="m", kind="ttft_p99") == 1.5
+            assert value(text, "llmgw_model_slo_seconds", model="m", kind="tpot_p99") is None  # not set
             # The scheduler, on the leader.
             assert value(text, "llmgw_leader") == 1
             assert value(text, "llmgw_lease_renewals_total") >= 0
