@@ -65,3 +65,33 @@ def mail_problems(mail: MailConfig) -> list[tuple[tuple, str]]:
     if mail.ca_file and not os.path.isfile(mail.ca_file):
         problems.append((("ca_file",), f"{mail.ca_file} is not a file"))
     return problems
+
+
+#: The notify sink kind that mails events through `mail:` (llmgw_notify_sinks.email).
+EMAIL_SINK = "email"
+
+
+def mail_addresses(url: str) -> list[str]:
+    """The addresses of an email sink's url, ``mailto:a@example.com,b@example.com``; ValueError when it is not one."""
+    if not url.startswith("mailto:"):
+        raise ValueError(f"expected mailto:ADDRESS[,ADDRESS…], got {url!r}")
+    addresses = [a.strip() for a in url[len("mailto:"):].split(",") if a.strip()]
+    if not addresses or any(a.count("@") != 1 or a.startswith("@") or a.endswith("@") or " " in a for a in addresses):
+        raise ValueError(f"expected mailto:ADDRESS[,ADDRESS…] with whole addresses, got {url!r}")
+    return addresses
+
+
+def email_sink_problems(config) -> list[tuple[tuple, str]]:
+    """notify.sinks of kind email: each a mailto: url, and mail: naming a server to send through."""
+    problems: list[tuple[tuple, str]] = []
+    for index, sink in enumerate(config.notify.sinks):
+        if sink.kind != EMAIL_SINK:
+            continue
+        try:
+            mail_addresses(sink.url.reveal())
+        except ValueError as exc:
+            problems.append((("notify", "sinks", index, "url"), str(exc)))
+        if not config.mail.enabled:
+            problems.append((("notify", "sinks", index, "kind"),
+                             "email sends through server.yaml's mail: server, and mail.host is empty"))
+    return problems

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from llmgw.config.mail import EMAIL_SINK, email_sink_problems, mail_problems
 from llmgw.config.agent import AgentConfig
 from llmgw.config.errors import Problem
 from llmgw.config.fields import yaml_key
@@ -177,6 +178,8 @@ def check_server(config: ServerConfig) -> list[Problem]:
     problems += _guard(config.guard)
     problems += _guard_judges(config)
     problems += _notify(config.notify)
+    problems += [Problem(("mail", *where), text) for where, text in mail_problems(config.mail)]
+    problems += [Problem(where, text) for where, text in email_sink_problems(config)]
     problems += _tracing(config)
     problems += _budgets(config)
     if not config.prices.currency.strip():
@@ -459,7 +462,8 @@ def _notify(notify: NotifyConfig) -> list[Problem]:
     names: dict[str, int] = {}
     for index, sink in enumerate(notify.sinks):
         path = ("notify", "sinks", index)
-        problems += _url((*path, "url"), sink.url.reveal(), "an address", shown=sink.url.origin == "literal")
+        if sink.kind != EMAIL_SINK:  # mail: a mailto: url, checked with email_sink_problems
+            problems += _url((*path, "url"), sink.url.reveal(), "an address", shown=sink.url.origin == "literal")
         if not sink.kind.strip():
             problems.append(Problem((*path, "kind"), "empty; give webhook, slack, or a kind a plugin adds"))
         name = sink.name or sink.url.reveal()

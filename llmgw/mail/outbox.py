@@ -54,6 +54,10 @@ class Outbox:
     async def enqueue(self, kind: str, to: str, lang: str, **values: str) -> QueuedMail:
         """Queue a message of `kind` to `to`, written in `lang`; it goes out within seconds."""
         subject, body = render(kind, lang, portal=self.portal_url, **values)
+        return await self.queue(kind, to, subject, body)
+
+    async def queue(self, kind: str, to: str, subject: str, body: str) -> QueuedMail:
+        """Queue a message already written (a notification sink's); it goes out within seconds."""
         mail = await self.store.enqueue_mail(kind=kind, to=to, subject=subject, body=body)
         self._wake.set()
         return mail
@@ -96,6 +100,20 @@ class Outbox:
                 await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
             except TimeoutError:
                 pass
+
+
+_current: Outbox | None = None
+
+
+def bind(outbox: Outbox | None) -> None:
+    """Make `outbox` the one this process's email notification sink queues into (None: no more)."""
+    global _current
+    _current = outbox
+
+
+def current() -> Outbox | None:
+    """The outbox the running server sends mail through, when server.yaml names a mail server."""
+    return _current
 
 
 class PortalMailer:

@@ -91,12 +91,19 @@ async def _portal_lifecycle(app: web.Application) -> AsyncIterator[None]:
         # mail: the portal's messages go through the store's queue; this control plane sends what is due
         from llmgw.mail.outbox import Outbox, PortalMailer
 
+        from llmgw.mail import outbox as mail_outbox
+
         outbox = Outbox(portal.store, portal.config.mail)
         portal.mailer = PortalMailer(outbox)
+        mail_outbox.bind(outbox)  # notify.sinks of kind email queue into it too
         mail = asyncio.create_task(outbox.run(), name="llmgw-mail")
     try:
         yield
     finally:
+        if mail is not None:
+            from llmgw.mail import outbox as mail_outbox
+
+            mail_outbox.bind(None)
         await cancel_and_wait(mail)
         await cancel_and_wait(task)
         portal.passwords.close()

@@ -187,3 +187,36 @@ def test_users_approve_queues_the_mail_with_a_mail_server_and_says_so_without(tm
     (mail,) = asyncio.run(queued())
     assert (mail.to, mail.kind, mail.state) == ("gil@example.com", "approved", "waiting")
     assert f"{PORTAL}/signin" in mail.body
+
+
+async def test_a_budget_notice_is_mailed_by_the_email_sink_through_the_same_queue(make_site, smtp) -> None:
+    from llmgw.notify.events import budget_spent
+    from llmgw.notify.notifier import build_notifier
+
+    server = smtp()
+    site = await make_site(mail=_mail(server.port), notify={"sinks": [
+        {"kind": "email", "name": "finance", "url": "mailto:finance@example.com,ops@example.com",
+         "events": ["budget_spent"]}]})
+    event = budget_spent("team", "tm-1", period="month", budget="250.00 USD", budget_micros=250_000_000,
+                         renews_at=dt.datetime(2027, 1, 1, tzinfo=dt.UTC), spent_micros=250_000_000)
+    notifier = build_notifier(site.portal.config)  # as llmgw server builds it, with the plugins' sinks
+    await notifier.start()
+    try:
+        assert notifier.emit(event)
+        messages = await _until(lambda: server.inbox.messages[1:] and server.inbox.messages)
+    finally:
+        await notifier.stop()
+    assert sorted(m["To"] for m in messages) == ["finance@example.com", "ops@example.com"]
+    assert all(m["Subject"].startswith("[llmgw] Budget spent: team:tm-1") for m in messages)
+    assert "250.00 USD" in messages[0].get_content()
+    assert {m.kind for m in await site.store.list_mail(state="sent")} == {"budget_spent"}
+
+
+def test_an_email_sink_needs_a_mailto_url_and_a_mail_server() -> None:
+    from llmgw.config import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        parse_server_config({"notify": {"sinks": [{"kind": "email", "url": "https://x.example.com"}]}})
+    problems = [str(p) for p in refused.value.problems]
+    assert any(p.startswith("notify.sinks[0].url: expected mailto:ADDRESS") for p in problems), problems
+    assert any(p.startswith("notify.sinks[0].kind: email sends through server.yaml's mail: server") for p in problems)

@@ -164,7 +164,7 @@ def test_a_sink_of_a_kind_no_plugin_gives_is_refused_naming_the_key():
         build_notifier(config)
     [problem] = caught.value.problems
     assert problem.startswith("notify.sinks[1].kind: no notification sink of kind 'slak' is installed "
-                              "(did you mean 'slack'?); the plugins loaded give: slack, webhook")
+                              "(did you mean 'slack'?); the plugins loaded give: email, slack, webhook")
     assert build_notifier(server_config({"url": "https://a.example.com", "kind": "slack"})).enabled
 
 
@@ -174,7 +174,7 @@ def test_llmgw_server_refuses_such_a_file_at_start(tmp_path, capsys):
     assert main(["server", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: notify.sinks[0].kind: no notification sink of kind 'pagerduty' is installed" in err
-    assert "the plugins loaded give: slack, webhook" in err
+    assert "the plugins loaded give: email, slack, webhook" in err
 
 
 def test_without_sinks_no_plugin_is_needed(monkeypatch):

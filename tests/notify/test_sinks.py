@@ -140,9 +140,9 @@ async def test_a_try_that_gets_no_answer_in_time_is_tried_again(receiver):
     assert not delivery.ok and delivery.attempts == 2 and delivery.error == "no answer within 0.2 s"
 
 
-@pytest.mark.parametrize("kind", ["webhook", "slack"])
+@pytest.mark.parametrize("kind", ["webhook", "slack", "email"])
 def test_the_plugin_gives_both_kinds(kind):
     from llmgw.plugins.manager import load_plugins
 
     sinks = load_plugins(allow={"notify-sinks"}).sinks()
-    assert set(sinks) == {"webhook", "slack"} and sinks[kind].description
+    assert set(sinks) == {"webhook", "slack", "email"} and sinks[kind].description

@@ -149,6 +149,6 @@ def test_the_notification_sinks_plugin_is_listed(capsys):
     assert main(["plugins", "--json"]) == 0
     listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
     assert listed["notify-sinks"]["distribution"] == "llmgw-notify-sinks"
-    assert listed["notify-sinks"]["contributes"] == {"notification sinks": ["webhook", "slack"]}
+    assert listed["notify-sinks"]["contributes"] == {"notification sinks": ["webhook", "slack", "email"]}
     assert main(["plugins"]) == 0
-    assert "notification sinks: webhook, slack" in capsys.readouterr().out
+    assert "notification sinks: webhook, slack, email" in capsys.readouterr().out
