@@ -11,6 +11,7 @@ from typing import Any, Literal
 import attrs
 
 from llmgw.config.fields import section, setting
+from llmgw.config.mail import MailConfig
 from llmgw.config.secrets import Secret
 from llmgw.config.units import ByteSize, Duration
 
@@ -735,6 +736,7 @@ class ServerConfig:
     store: StoreConfig = section(StoreConfig, doc="Where users, keys, usage and the catalog are kept.")
     backup: BackupConfig = section(BackupConfig, doc="Where backup archives go and how many are kept.")
     auth: AuthConfig = section(AuthConfig, doc="Who may use the client API and the portal.")
+    mail: MailConfig = section(MailConfig, doc="The SMTP server the portal's mail goes through; none while host is empty.")
     router: RouterConfig = section(RouterConfig, doc="How client requests reach a replica and come back.")
     admission: AdmissionConfig = section(
         AdmissionConfig, doc="Queueing requests while every replica of a model is busy."

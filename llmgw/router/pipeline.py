@@ -27,7 +27,7 @@ from llmgw.auth.principal import ANONYMOUS, Principal
 from llmgw.obs import logs
 from llmgw.router import cache as answer_cache
 from llmgw.router import openai_shape
-from llmgw.router import threads
+from llmgw.router import residency, threads
 from llmgw.router.admission import Grant, NoReplica, QueueFull
 from llmgw.router.body import read_json_body
 from llmgw.router.choose import Want, prefix_hashes, prompt_text
@@ -279,9 +279,17 @@ async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, bo
     session = request.headers.get("x-session-id") or call.client_user
     text = prompt_text(body) if call.kind not in NOT_GENERATED else ""
     chain = [model, *(f for f in gw.catalog.fallbacks(model) if principal.may_use(f))]
+    # residency: a key kept in the cluster skips models served outside it, and is refused when none is left
+    stay = residency.in_cluster_reason(gw, principal, call.guard)
+    if stay:
+        inside = [c for c in chain if residency.served_in_cluster(gw, c)]
+        if not inside:
+            raise residency.refusal(model, stay)
+        chain = inside
     first: GatewayError | None = None
     for candidate in chain:
-        want = Want(session=session[:256] if session else None, prefix=prefix_hashes(candidate, text))
+        want = Want(session=session[:256] if session else None, prefix=prefix_hashes(candidate, text),
+                    cluster_only=bool(stay))
         try:
             grant = await gw.admission.acquire(candidate, call.band, want)
         except NoReplica as exc:
@@ -398,7 +406,8 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
                 continue
             if pause:
                 await asyncio.sleep(pause)
-            again = gw.admission.try_now(call.model_served, Want(exclude=frozenset(tried)), grant.band)
+            again = gw.admission.try_now(call.model_served, Want(exclude=frozenset(tried), cluster_only=bool(
+                residency.in_cluster_reason(gw, call.principal, call.guard))), grant.band)
             if again is None:
                 again = _fallback_grant(gw, call, fallbacks, grant.band)
             if again is None:
