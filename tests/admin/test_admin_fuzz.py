@@ -91,6 +91,8 @@ def test_many_of_each_operation_no_server_error_and_every_change_audited(tmp_pat
 #: why; anything else fails. Each is a relation between two values, or the running configuration's.
 UNSTATED = {
     # until comes after since: the parameter says so (x-llmgw-after); JSON Schema cannot compare two values.
+    # A hold's end is to come (x-llmgw-after: now); JSON Schema cannot read the clock.
+    "that time has passed": "a hold ending in the past",
     "must be after since": "until before since",
     # A duration setting's text adds up past its bounds (x-llmgw-seconds); JSON Schema cannot add it up.
     "is above the most allowed": "a duration setting's text above its maximum",
