@@ -502,7 +502,8 @@ async def _answer(gw: Gateway, call: Call, request: web.Request, resp, relay: An
         if call.kind == "chat":
             raw = openai_shape.chat_answer(raw)  # refusal, annotations, call_ ids: as OpenAI answers
         if call.guard is not None:
-            raw = await call.guard.filter_answer(raw)  # guard: the answer checked whole
+            with _span(call, "guard output"):
+                raw = await call.guard.filter_answer(raw)  # guard: the answer checked whole
             headers = _answer_headers(call)
     saw_answer(call, resp.status, raw)  # client data: the answer as checked, seen by a thread or the cache
     content_type = resp.headers.get("Content-Type", JSON)
