@@ -155,7 +155,23 @@ ACCOUNTING = AlertGroup("llmgw-accounting", "Whether usage, changes and notifica
 ))
 
 TENANTS = AlertGroup(
-    "llmgw-tenants", "Per tenant: the project of the key (none for a personal key, anonymous without keys).", (
+    "llmgw-tenants", "Per tenant (the project of the key: none for a personal key, anonymous without keys), "
+    "and per budget.", (
+    Alert(
+        "BudgetMostlySpent", "llmgw_budget_spent_ratio >= 0.8 and llmgw_budget_spent_ratio < 1", "warning", "5m",
+        "{{ $labels.scope }} {{ $labels.name }} has spent {{ $value | humanizePercentage }} of its budget for the "
+        "{{ $labels.period }}",
+        _join("Its requests are refused once all of it is spent, until the period turns. Raise the budget",
+              "(`llmgw ctl limits set SCOPE --budget-micros N`), or tell its people now rather than when they",
+              "are refused."),
+    ),
+    Alert(
+        "BudgetSpent", "llmgw_budget_spent_ratio >= 1", "critical", "1m",
+        "{{ $labels.scope }} {{ $labels.name }} has spent its budget for the {{ $labels.period }}",
+        _join("Requests under it are refused with 429 (budget_exceeded) until the period turns, but for",
+              "models with a fallback that still fits. Raise the budget with `llmgw ctl limits set` if the",
+              "spending is wanted; otherwise `llmgw ctl usage` says who spent it."),
+    ),
     Alert(
         "TenantHittingLimits",
         _join('sum by (tenant) (rate(llmgw_tenant_requests_total{outcome="limited"}[10m]))',
@@ -440,8 +456,31 @@ MIRROR = AlertGroup("llmgw-mirror", "The mirror that keeps and serves model file
     ),
 ))
 
+SLO = AlertGroup("llmgw-slo", "Each model's latency against the objectives server.yaml's models[].slo sets.", (
+    Alert(
+        "ModelTTFTOverSLO",
+        _join("histogram_quantile(0.99, sum by (model, le) (rate(llmgw_ttft_seconds_bucket[10m])))",
+              '> on (model) max by (model) (llmgw_model_slo_seconds{kind="ttft_p99"})'),
+        "warning", "15m",
+        "{{ $labels.model }} takes {{ $value | humanizeDuration }} to its first token at p99, past its objective",
+        _join("For a quarter of an hour the model's p99 time to first token has been past its slo.ttft_p99.",
+              "Give it more replicas (`llmgw ctl model scale`) or move traffic of the lower bands elsewhere;",
+              "QueueWaitLong and PoolSaturated say whether requests wait for room."),
+    ),
+    Alert(
+        "ModelTPOTOverSLO",
+        _join("histogram_quantile(0.99, sum by (model, le) (rate(llmgw_tpot_seconds_bucket[10m])))",
+              '> on (model) max by (model) (llmgw_model_slo_seconds{kind="tpot_p99"})'),
+        "warning", "15m",
+        "{{ $labels.model }} takes {{ $value | humanizeDuration }} a token at p99, past its objective",
+        _join("For a quarter of an hour the model's p99 time per output token has been past its",
+              "slo.tpot_p99: its replicas batch more requests than they decode quickly, or a slower card",
+              "serves it. A lower concurrency per replica, or more replicas."),
+    ),
+))
+
 GROUPS: tuple[AlertGroup, ...] = (
-    AVAILABILITY, GATEWAY, ACCOUNTING, TENANTS, GUARD, CONTROL, NODES, GPUS, STORE, MIRROR,
+    AVAILABILITY, GATEWAY, SLO, ACCOUNTING, TENANTS, GUARD, CONTROL, NODES, GPUS, STORE, MIRROR,
 )
 
 

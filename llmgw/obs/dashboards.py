@@ -133,6 +133,10 @@ _REPLICAS = Row("Replicas and queues", (
 ))
 
 _STORE = Row("Store and notifications", (
+    Panel("Store query time, p95", "timeseries", "s",
+          (Query("histogram_quantile(0.95, sum by (kind, le) "
+                 "(rate(llmgw_store_query_duration_seconds_bucket[5m])))", "{{kind}}"),),
+          "How long the store takes to read and write (StoreSlow past 0.5 s)."),
     Panel("Store query failures", "timeseries", "short",
           (Query("sum by (kind) (increase(llmgw_store_query_errors_total[10m])) or vector(0)", "{{kind}}"),),
           "Queries the store failed in ten minutes (StoreQueryErrors)."),
@@ -280,7 +284,11 @@ _BY_TENANT = Row("By tenant", (
           "TenantSlowFirstToken alerts past 10 s.", width=24),
 ))
 
-_USE = Row("Use", (
+_USE = Row("Use and budgets", (
+    Panel("Budgets spent this period", "bargauge", "percentunit",
+          (Query("sort_desc(llmgw_budget_spent_ratio)", "{{scope}} {{name}} ({{period}})"),),
+          "Each budget's spend this period over the budget, for the budgets requests were checked against "
+          "(BudgetMostlySpent from 80%, BudgetSpent at all of it).", width=24, instant=True, max=1),
     Panel("Who used most, last 24 hours", "table", "short",
           (Query(f"sort_desc(sum by (tenant) (increase(llmgw_tenant_requests_total{T}[24h])))", "requests"),
            Query(f"sum by (tenant) (increase(llmgw_tenant_tokens_total{T}[24h]))", "tokens"),
@@ -320,7 +328,9 @@ def _panel_json(panel: Panel, pid: int, x: int, y: int, height: int) -> dict:
         if q.legend:
             target["legendFormat"] = q.legend
         if panel.instant:
-            target.update(instant=True, range=False, format="table")
+            target.update(instant=True, range=False)
+            if panel.kind == "table":
+                target["format"] = "table"
         targets.append(target)
     defaults: dict = {"unit": panel.unit}
     if panel.max is not None:

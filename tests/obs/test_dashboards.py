@@ -44,6 +44,8 @@ def _defined(name: str) -> bool:
 
 def test_ctl_dashboards_export_writes_each_dashboard_as_grafana_json(tmp_path, capsys):
     out = tmp_path / "grafana"
+    out.mkdir()
+    (out / "llmgw-tenants.json").write_text("an older one")
     assert main(["ctl", "dashboards", "export", str(out)]) == 0
     printed = capsys.readouterr().out.split()
     assert printed == [str(out / "llmgw-cluster.json"), str(out / "llmgw-tenants.json")]

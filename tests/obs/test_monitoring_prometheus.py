@@ -161,6 +161,11 @@ def test_every_dashboard_query_returns_series_from_prometheus_scraping_a_running
         start("mirror", [*llmgw, "mirror", "serve", "--dir", str(mirror_dir), "--base", f"http://{mirror}",
                          "--listen", mirror, "--api-listen", ""])
 
+        # A budget on the project of up's key, so that its share spent is a series.
+        subprocess.run([*llmgw, "ctl", "limits", "set", "project:local/up", "--budget-micros", "1000000000",
+                        "--budget-period", "month", "--admin", info["admin_url"],
+                        "--token-file", info["admin_token_file"]], env=env, check=True, capture_output=True)
+
         # Traffic: answers, streamed answers (first token, time per token), a model that does not exist.
         client = openai.OpenAI(base_url=info["base_url"], api_key=info["api_key"])
         for _ in range(3):
@@ -204,16 +209,26 @@ def test_every_dashboard_query_returns_series_from_prometheus_scraping_a_running
                              f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"])
         prom = f"http://127.0.0.1:{prom_port}"
 
+        seen: list = []
+
         def all_up():
             targets = _get_json(f"{prom}/api/v1/targets")["data"]["activeTargets"]
-            healths = {t["labels"]["job"]: t["health"] for t in targets}
-            return healths if set(healths) == {"llmgw-server", "llmgw-agent", "llmgw-mirror"} and set(
-                healths.values()) == {"up"} else None
+            seen[:] = [(t["labels"]["job"], t["health"], t["lastError"]) for t in targets]
+            return len(seen) == 3 and all(health == "up" for _, health, _ in seen)
 
-        _wait("every target up", all_up, 60, procs)
+        try:
+            _wait("every target up", all_up, 60, procs)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; targets: {seen}") from None
         # Both nodes' cards, relayed by the control plane; a few scrapes so that rate() has two samples.
         _wait("the second node's cards on the control plane",
               lambda: _query(prom, 'llmgw_gpu_temperature_celsius{job="llmgw-server",node="gpu-2"}'), 60, procs)
+        def budget_checked():  # the gateway caches limits for a few seconds: ask until it has read the budget
+            client.chat.completions.create(model=info["model"], messages=[{"role": "user", "content": "Hi"}],
+                                           max_tokens=2)
+            return _query(prom, "llmgw_budget_spent_ratio")
+
+        _wait("the budget's share spent", budget_checked, 60, procs)
         time.sleep(4)
 
         empty = []
