@@ -225,7 +225,8 @@ GUARD = AlertGroup("llmgw-guard", "The guardrails and their judge models.", (
     ),
     Alert(
         "GuardJudgeSlow",
-        "histogram_quantile(0.95, sum by (judge_model, le) (rate(llmgw_guard_judge_latency_seconds_bucket[5m]))) > 0.25",
+        _join("histogram_quantile(0.95, sum by (judge_model, le)",
+              "(rate(llmgw_guard_judge_latency_seconds_bucket[5m]))) > 0.25"),
         "warning", "10m",
         "Judge {{ $labels.judge_model }} answers in {{ $value | humanizeDuration }} at p95",
         _join("Every judged request waits this long, and those past their policy's budget are served",

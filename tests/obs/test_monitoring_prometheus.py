@@ -158,8 +158,8 @@ def test_every_dashboard_query_returns_series_from_prometheus_scraping_a_running
         (mirror_dir / "tiny" / "v1" / "weights.bin").write_bytes(os.urandom(4096))
         mirror_port = _free_port()
         mirror = f"127.0.0.1:{mirror_port}"
-        start("mirror", [*llmgw, "mirror", "serve", "--dir", str(mirror_dir), "--base", f"http://{mirror}",
-                         "--listen", mirror, "--api-listen", ""])
+        mirror_proc = start("mirror", [*llmgw, "mirror", "serve", "--dir", str(mirror_dir),
+                                       "--base", f"http://{mirror}", "--listen", mirror, "--api-listen", ""])
 
         # A budget on the project of up's key, so that its share spent is a series.
         subprocess.run([*llmgw, "ctl", "limits", "set", "project:local/up", "--budget-micros", "1000000000",
@@ -256,6 +256,18 @@ def test_every_dashboard_query_returns_series_from_prometheus_scraping_a_running
         # A healthy cluster: nothing that says something is broken fires.
         firing = _get_json(f"{prom}/api/v1/alerts")["data"]["alerts"]
         assert [a["labels"]["alertname"] for a in firing if a["labels"]["severity"] == "critical"] == []
+
+        # The mirror stops: its endpoint's alert is pending at once (it fires after three minutes of it).
+        _stop(mirror_proc)
+        procs.remove(mirror_proc)
+
+        def mirror_down():
+            alerts = _get_json(f"{prom}/api/v1/alerts")["data"]["alerts"]
+            return [a for a in alerts if a["labels"]["alertname"] == "LlmgwEndpointDown"]
+
+        [down] = _wait("LlmgwEndpointDown for the mirror", mirror_down, 30, procs)
+        assert (down["labels"]["job"], down["state"]) == ("llmgw-mirror", "pending")
+        assert down["annotations"]["summary"] == f"llmgw-mirror at {mirror} has not answered a scrape for three minutes"
     finally:
         for proc in reversed(procs):
             _stop(proc)
