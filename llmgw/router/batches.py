@@ -79,7 +79,8 @@ def principal_snapshot(p: Principal) -> dict[str, Any]:
     """Who submitted a batch, as the worker needs them when the key cannot be read again."""
     return {"key_id": p.key_id, "key_prefix": p.key_prefix, "key_name": p.key_name, "kind": p.kind,
             "org_id": p.org_id, "team_id": p.team_id, "project_id": p.project_id, "user_id": p.user_id,
-            "band": p.band, "allowed_models": sorted(p.allowed_models) if p.allowed_models is not None else None}
+            "band": p.band, "allowed_models": sorted(p.allowed_models) if p.allowed_models is not None else None,
+            "in_cluster": p.in_cluster}  # residency: its lines stay on the cluster's own engines too
 
 
 def not_found(batch_id: str) -> GatewayError:

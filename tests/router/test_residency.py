@@ -133,3 +133,32 @@ async def test_residency_is_refused_on_a_team_naming_where_it_may_be_set(setup):
     tenancy, *_ = setup
     with pytest.raises(Exception, match="organization, a project or a key, not a team"):
         await tenancy.set_residency("team:acme/ml", True)
+
+
+async def test_a_batch_of_a_key_kept_in_the_cluster_never_reaches_the_provider(setup):
+    import json
+
+    from .stored import wait_for
+
+    tenancy, outside, client, resolver = setup
+    issued = await tenancy.create_key(project="acme/ml/train")
+    await tenancy.set_residency("project:acme/ml/train", True)
+    resolver.invalidate()
+    lines = [{"custom_id": f"c-{i}", "method": "POST", "url": "/v1/chat/completions",
+              "body": {"model": model_name, "messages": HELLO, "max_tokens": 4}}
+             for i, model_name in enumerate(("ext", "local"))]
+    c = client(issued.secret)
+    uploaded = await c.files.create(file=("in.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode()),
+                                    purpose="batch")
+    batch = await c.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                   completion_window="24h")
+
+    async def ended():
+        got = await c.batches.retrieve(batch.id)
+        return got if got.status in ("completed", "failed") else None
+
+    done = await wait_for(ended, timeout=30)
+    assert (done.request_counts.completed, done.request_counts.failed) == (1, 1)
+    errors = [json.loads(x) for x in (await c.files.content(done.error_file_id)).text.splitlines()]
+    assert errors[0]["custom_id"] == "c-0" and "residency" in json.dumps(errors[0])
+    assert outside.seen == []
