@@ -296,7 +296,8 @@ class JobInfo:
     model: str = field("The model it follows; for an engine install, the engine and its node: vllm on gpu-a.")
     kind: str = field("add, change (added again with replace), scale, restart or retry; start or move for replicas "
                       "the control plane placed by itself (at start, after a crash, off a draining node); engine "
-                      "for an engine a node installs.")
+                      "for an engine a node installs; update, canary, promote or rollback for a model's "
+                      "revision.")
     by: str = field("Who started it: the operator, or control-plane.")
     state: str = field("running; waiting for room (placement finds no free cards for a replica it needs); "
                        "done; or failed.")

@@ -26,6 +26,7 @@ from llmgw.admin import handlers_logs as hl
 from llmgw.admin import handlers_notify as hn
 from llmgw.admin import handlers_ops as ho
 from llmgw.admin import handlers_people as hp
+from llmgw.admin import handlers_rollout as hr
 from llmgw.admin import handlers_storage as hst
 from llmgw.admin import handlers_usage as hu
 from llmgw.admin import server_config as hs
@@ -68,6 +69,16 @@ from llmgw.admin.cluster_types import (
     ScaleChange,
 )
 from llmgw.admin.backup_types import BackupList, BackupMade
+from llmgw.admin.rollout_types import (
+    CanaryInfo,
+    CanaryList,
+    CanaryStart,
+    CanaryWeight,
+    EvalRequest,
+    EvalResult,
+    PromoteRequest,
+    UpdateRequest,
+)
 from llmgw.admin.mail_types import MailList, MailQuery
 from llmgw.admin.data_types import (
     ForgetResult,
@@ -203,6 +214,29 @@ ROUTES: tuple[Route, ...] = (
           summary="Start a parked model again now"),
     Route(method="GET", path="/models/{name}/placement", handler=hc.explain_placement, tag="cluster",
           response=PlacementExplanation, params=MODEL, summary="Explain a model's placement"),
+    Route(method="POST", path="/models/{name}/update", handler=hr.update_model, tag="cluster", response=JobInfo,
+          request=UpdateRequest, params=MODEL, status=202, action="models.update", target="model:{name}",
+          summary="Move a model to a new revision"),
+    Route(method="POST", path="/models/{name}/rollback", handler=hr.rollback_model, tag="cluster",
+          response=JobInfo, params=MODEL, status=202, action="models.rollback", target="model:{name}",
+          summary="Return a model to the revision it had"),
+    Route(method="POST", path="/models/{name}/canary", handler=hr.start_canary, tag="cluster", response=JobInfo,
+          request=CanaryStart, params=MODEL, status=202, action="models.canary", target="model:{name}",
+          summary="Try a newer revision on a share of a model's sessions"),
+    Route(method="PATCH", path="/models/{name}/canary", handler=hr.set_canary_weight, tag="cluster",
+          response=CanaryInfo, request=CanaryWeight, params=MODEL, action="models.canary-weight",
+          target="model:{name}", summary="Change a canary's share"),
+    Route(method="POST", path="/models/{name}/canary/promote", handler=hr.promote_canary, tag="cluster",
+          response=JobInfo, request=PromoteRequest, params=MODEL, status=202, action="models.promote",
+          target="model:{name}", summary="Move a model to its canary's revision"),
+    Route(method="DELETE", path="/models/{name}/canary", handler=hr.abort_canary, tag="cluster",
+          response=CanaryInfo, params=MODEL, action="models.canary-abort", target="model:{name}",
+          summary="Take a model's canary out"),
+    Route(method="GET", path="/canaries", handler=hr.list_canaries, tag="cluster", response=CanaryList,
+          summary="List canaries"),
+    Route(method="POST", path="/models/{name}/eval", handler=hr.evaluate_model, tag="cluster",
+          response=EvalResult, request=EvalRequest, params=MODEL, action="models.eval", target="model:{name}",
+          summary="Ask a quality suite of a model"),
     Route(method="GET", path="/model-updates", handler=hc.list_model_updates, tag="cluster",
           response=ModelUpdateList, summary="New files for served models"),
     Route(method="POST", path="/model-updates/check", handler=hc.check_model_updates, tag="cluster",

@@ -17,6 +17,7 @@ from llmgw.cli.common import print_json, print_table
 from llmgw.cli.ctl_client import AdminClient, CtlError, quote, register_leaf, usage_of
 from llmgw.cli.ctl_logs import register_node_logs
 from llmgw.cli.ctl_join import register_join_codes
+from llmgw.cli.ctl_rollout import register_eval, register_model_commands
 
 
 def register(sub) -> None:
@@ -126,6 +127,8 @@ def register(sub) -> None:
                         "repository its weights were fetched from. --check asks now.")
     p.add_argument("--check", action="store_true", help="ask the mirror or the registry now")
     register_leaf(p, run_model_updates)
+    register_model_commands(cmds)
+    register_eval(sub)
 
     p = sub.add_parser("explain-placement", help="Why a model runs where it does, or does not run.",
                        description="Why a model runs where it does, or does not run: its status, replicas, the "

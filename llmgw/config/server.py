@@ -395,6 +395,11 @@ class ControlConfig:
         5,
         doc="Failed starts in a row after which a model is parked, left stopped until an operator retries it.",
     )
+    rollback_window: Duration = setting(
+        Duration(hours=24),
+        doc="How long after an update or a promotion `llmgw ctl model rollback` may return a model to the "
+            "revision it replaced.",
+    )
 
 
 @attrs.frozen

@@ -48,6 +48,7 @@ from llmgw.admin.fields import UNSET
 from llmgw.control.catalog import CatalogError, UnknownModel, model_to_spec
 from llmgw.control.facility import future_time
 from llmgw.control.admin_engines import AdminEngines
+from llmgw.control.admin_rollout import AdminRollouts
 from llmgw.control.jobs import Job
 from llmgw.control.node_logs import NodeNotAnswering, NodeNotConnected, UnknownNode
 from llmgw.control.service import ControlPlane, ControlPlaneSlot
@@ -110,7 +111,7 @@ def _model_info(explained: Mapping[str, Any]) -> ModelInfo:
     )
 
 
-class AdminCluster(AdminEngines):
+class AdminCluster(AdminEngines, AdminRollouts):
     """Implements `llmgw.admin.cluster_api.Cluster` over the server's control plane."""
 
     def __init__(self, slot: ControlPlaneSlot) -> None:

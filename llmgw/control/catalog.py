@@ -32,6 +32,7 @@ from llmgw.config.errors import format_path
 from llmgw.config.load import ConfigError, make_converter, parse_server_config
 from llmgw.config.server import ModelConfig, Scaling
 from llmgw.config.units import Duration
+from llmgw.control.rollout_state import ROLLOUTS_SETTING, Rollouts
 from llmgw.control.schedules import window_problems
 from llmgw.obs import logs
 from llmgw.plugins.types import Engine
@@ -256,6 +257,8 @@ class Catalog:
         #: told after each change, besides on_change (the router follows: llmgw.router.catalog_follow)
         self.listeners: list[Callable[[], None]] = []
         self._loading = asyncio.Lock()
+        #: canaries and revisions to roll back to (llmgw.control.rollout_state), read with the models
+        self.rollouts = Rollouts()
         self._rebuild([])
 
     # -- reading ------------------------------------------------------------
@@ -290,10 +293,12 @@ class Catalog:
 
     async def _load(self) -> bool:
         entries = await self.store.list_catalog_entries()
-        signature = tuple((e.name, e.kind, e.version) for e in entries)
+        rollouts = await self.store.get_setting(ROLLOUTS_SETTING)
+        signature = (tuple((e.name, e.kind, e.version) for e in entries), rollouts.version if rollouts else 0)
         if signature == self._signature:
             return False
         self._signature = signature
+        self.rollouts = Rollouts.from_setting(rollouts.value if rollouts else None)
         self._rebuild(entries)
         if self._on_change is not None:
             self._on_change()

@@ -61,6 +61,10 @@ JOB_KINDS = {
     "start": "replicas the control plane placed by itself (at start, after a crash, for load)",
     "move": "a replica moved off a draining node",
     "engine": "an engine installed on a node (an operator asked, or the control plane for a model)",
+    "update": "a model moved to a new revision: started beside the old, checked, then given its traffic",
+    "canary": "a model's new revision started beside it as MODEL-canary, for a share of its sessions",
+    "promote": "a model moved to its canary's revision, and the canary removed",
+    "rollback": "a model returned to the revision an update or a promotion replaced",
 }
 #: Ended jobs kept; the oldest is forgotten first.
 KEEP_ENDED = 200
@@ -147,6 +151,8 @@ class Job:
     #: an engine install: the node and the engine (its `model` reads "vllm on gpu-a")
     node: str = ""
     engine: str = ""
+    #: driven by a task that writes its steps and ends it itself (llmgw/control/rollout.py), not measured
+    driven: bool = False
 
     @property
     def active(self) -> bool:
@@ -205,6 +211,15 @@ class Jobs(ReconcilerObserver):
         return [j for j in self._jobs.values() if j.active and j.model == model]
 
     # ---------------------------------------------------------------- writing
+
+    def step(self, job: Job, text: str) -> None:
+        """A step of a driven job, said by whoever drives it."""
+        self._step(job, text)
+
+    def end(self, job: Job, state: str, text: str) -> None:
+        """End a driven job: done or failed, with the words why."""
+        if job.active:
+            self._end(job, state, text)
 
     def _step(self, job: Job, text: str, now: str | None = None) -> None:
         job.steps.append(JobStep(at=self.wall_clock(), text=text))
@@ -297,7 +312,8 @@ class Jobs(ReconcilerObserver):
             self._end(job, "failed", f"no longer followed: {reason}")
 
     def pass_ended(self, rec: Reconciler) -> None:
-        for job in [j for j in self._jobs.values() if j.active and j.after_pass < self._passes and not j.engine]:
+        for job in [j for j in self._jobs.values()
+                    if j.active and j.after_pass < self._passes and not j.engine and not j.driven]:
             self._measure(job, rec)
 
     def engine_install(self, node_id: str, state: EngineState) -> str:

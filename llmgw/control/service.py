@@ -165,6 +165,10 @@ class ControlPlane:
                                      on_change=self._leadership_changed)
         self.reconciler: Reconciler | None = None
         self.jobs = Jobs()  #: changes to models followed until they serve or fail (llmgw/control/jobs.py)
+        from llmgw.control.rollout import ModelRollouts
+
+        #: updates, canaries, promotions and rollbacks, each a job (llmgw/control/rollout.py)
+        self.rollouts = ModelRollouts(self)
         from llmgw.obs.control_metrics import ControlMetrics
 
         self.metrics = ControlMetrics(self)  #: its metrics, on the server's /metrics (llmgw/obs/control_metrics.py)
@@ -205,6 +209,7 @@ class ControlPlane:
         if not self._started:
             return
         self._started = False
+        await self.rollouts.stop()
         await self.leadership.stop(release=True)
         await self.updates.stop()
         if self.reconciler is not None:

@@ -2,7 +2,8 @@
 
 `follow(gateway, catalog)` puts the control plane's catalog (llmgw.control.catalog)
 into the gateway at once and each time it changes: the names clients may ask
-for, their aliases and fallbacks, the key allowlists' aliases, and the
+for, their aliases and fallbacks, the key allowlists' aliases, the canaries'
+shares of their models' sessions (llmgw.router.canary), and the
 concurrency of the replicas already serving a model. `watch(catalog)` re-reads
 the store every few seconds, so a model added, changed or removed on another
 control plane is served here too within that time.
@@ -43,6 +44,9 @@ def follow(gateway, catalog) -> Callable[[], None]:
                 invalidate = getattr(resolver, "invalidate", None)
                 if invalidate is not None:
                     invalidate()  # allowlists are worked out again with the new aliases
+        rollouts = getattr(catalog, "rollouts", None)
+        if rollouts is not None and getattr(gateway, "canary", None) is not None:
+            gateway.canary.set(rollouts.split())  # every control plane splits a model's sessions alike
         concurrency = {m.name: gateway.catalog.get(m.name).concurrency for m in models}
         for replica in gateway.replicas:
             wanted = concurrency.get(replica.model)

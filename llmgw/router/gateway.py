@@ -16,6 +16,7 @@ from llmgw.config.server import ServerConfig
 from llmgw.obs import logs
 from llmgw.obs.metrics import GatewayMetrics
 from llmgw.router.admission import Admission
+from llmgw.router.canary import CanarySplit
 from llmgw.router.catalog import Catalog
 from llmgw.router.choose import Chooser
 from llmgw.router.errors import GatewayError
@@ -39,6 +40,8 @@ class Gateway:
         self.resolver = resolver
         self.metrics = metrics
         self.catalog = Catalog(config.models, replicas)
+        #: the models' canaries and their shares, from the control plane's catalog (llmgw.router.canary)
+        self.canary = CanarySplit()
         router = config.router
         scrape_every = router.scrape_interval.total_seconds()
         self.chooser = Chooser(router.affinity, stale_after=scrape_every * STALE_AFTER_SCRAPES)

@@ -17,6 +17,14 @@ def test_the_fake_cluster_implements_the_protocol():
     assert isinstance(FakeCluster(), Cluster)
 
 
+REVISION_BODIES = {
+    ("POST", "/models/{name}/update"): {"to": "v2"},
+    ("POST", "/models/{name}/canary"): {"to": "v2", "weight": "10%"},
+    ("PATCH", "/models/{name}/canary"): {"weight": 20},
+    ("POST", "/models/{name}/eval"): {"suite": {"name": "s"}},
+}
+
+
 @pytest.mark.parametrize("route", CLUSTER_ROUTES, ids=lambda r: f"{r.method} {r.path}")
 async def test_without_a_cluster_each_cluster_endpoint_is_501_naming_what_is_missing(bare, route):
     path = route.path.format(node="gpu-a-01", name="qwen-small", job="job-1", replica="qwen-small-0001",
@@ -24,7 +32,8 @@ async def test_without_a_cluster_each_cluster_endpoint_is_501_naming_what_is_mis
     body = {"name": "x", "profiles": [{"engine": "sim"}]} if route.path == "/models" and route.method == "POST" \
         else ({"labels": {}} if route.path.endswith("/labels") else
               {"engine": "vllm"} if route.path.endswith("/engines") and route.method == "POST" else
-              {"domain": "rack:r1", "reason": "PDU swap"} if route.path == "/facility/holds" else {})
+              {"domain": "rack:r1", "reason": "PDU swap"} if route.path == "/facility/holds" else
+              REVISION_BODIES.get((route.method, route.path), {}))
     error = await bare.refused(route.method, path, body, status=501)
     assert "runs no scheduler" in error
 
