@@ -30,6 +30,7 @@ from llmgw.router import openai_shape
 from llmgw.router import residency, threads
 from llmgw.router.admission import Grant, NoReplica, QueueFull
 from llmgw.router.body import read_json_body
+from llmgw.router.canary import VARIANT_HEADER, session_key
 from llmgw.router.choose import Want, prefix_hashes, prompt_text
 from llmgw.router.client_data import end_hooks, saw_answer, wrap_stream
 from llmgw.router.dialects import Dialect
@@ -286,6 +287,11 @@ async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, bo
         if not inside:
             raise residency.refusal(model, stay)
         chain = inside
+    # canary: a share of the model's sessions (or a request asking for it) tries the newer revision first
+    canary = gw.canary.side(model, session_key(principal.key_id, request.headers, call.client_user),
+                            request.headers.get(VARIANT_HEADER))
+    if canary is not None:
+        chain = [canary, *chain]
     first: GatewayError | None = None
     for candidate in chain:
         want = Want(session=session[:256] if session else None, prefix=prefix_hashes(candidate, text),
@@ -293,6 +299,8 @@ async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, bo
         try:
             grant = await gw.admission.acquire(candidate, call.band, want)
         except NoReplica as exc:
+            if candidate == canary and not request.headers.get(VARIANT_HEADER):
+                continue  # a canary not serving yet: its share goes to the model itself
             grant = await _start_on_demand(gw, call, candidate, want)
             if grant is None:
                 first = first or exc
@@ -303,7 +311,7 @@ async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, bo
         plane = _control_plane(gw)
         if plane is not None:
             plane.touch(candidate)  # keeps an on-demand model from being stopped as idle
-        if candidate != model:
+        if candidate != model and candidate != canary:
             reason = "queue_full" if isinstance(first, QueueFull) else "no_replica"
             gw.metrics.fallbacks.labels(model, candidate, reason).inc()
         return grant, candidate
