@@ -229,6 +229,10 @@ def test_every_dashboard_query_returns_series_from_prometheus_scraping_a_running
             return _query(prom, "llmgw_budget_spent_ratio")
 
         _wait("the budget's share spent", budget_checked, 60, procs)
+        # Each endpoint is scraped for its own: the agent's cards, the bytes the mirror sent.
+        assert _query(prom, 'llmgw_gpu_memory_used_bytes{job="llmgw-agent",node="gpu-2"}')
+        assert [float(r["value"][1]) for r in _query(prom, 'llmgw_mirror_bytes_served_total{job="llmgw-mirror"}')
+                ] == [4096.0]
         time.sleep(4)
 
         empty = []
