@@ -220,3 +220,15 @@ def test_an_email_sink_needs_a_mailto_url_and_a_mail_server() -> None:
     problems = [str(p) for p in refused.value.problems]
     assert any(p.startswith("notify.sinks[0].url: expected mailto:ADDRESS") for p in problems), problems
     assert any(p.startswith("notify.sinks[0].kind: email sends through server.yaml's mail: server") for p in problems)
+
+
+async def test_two_senders_on_one_store_send_each_message_once_and_old_ones_are_cleared(store, clock, smtp) -> None:
+    server = smtp()
+    config = parse_server_config({"mail": _mail(server.port)}).mail
+    one, two = Outbox(store, config, clock=clock), Outbox(store, config, clock=clock)
+    for i in range(6):
+        await one.enqueue("approved", f"p{i}@example.com", "en", link=f"{PORTAL}/signin")
+    sent = await asyncio.gather(one.send_due(), two.send_due())
+    assert sum(sent) == 6 and sorted(m["To"] for m in server.inbox.messages) == [f"p{i}@example.com" for i in range(6)]
+    assert await store.delete_mail_before(clock.now + dt.timedelta(days=31)) == 6
+    assert await store.list_mail() == []
