@@ -15,7 +15,6 @@ import json
 import subprocess
 
 import openai
-import pytest
 from aiohttp import web
 
 from llmgw.auth.keys import KeyResolver
