@@ -106,7 +106,11 @@ _REQUESTS = Row("Requests", (
           "The mean time between tokens after the first, one sample a request."),
     Panel("Request duration, p95", "timeseries", "s",
           (Query(_p95("llmgw_request_duration_seconds", "model"), "{{model}}"),),
-          "From a request's arrival to the end of its answer.", width=24),
+          "From a request's arrival to the end of its answer."),
+    Panel("Output tokens a second per stream, median", "timeseries", "short",
+          (Query("histogram_quantile(0.5, sum by (model, le) (rate(llmgw_output_tokens_per_second_bucket[5m])))",
+                 "{{model}}"),),
+          "How fast a streamed answer is written after its first token, as its reader sees it."),
 ))
 
 _REPLICAS = Row("Replicas and queues", (
@@ -171,6 +175,9 @@ _CONTROL = Row("Control plane", (
           (Query("histogram_quantile(0.95, sum by (instance, le) (rate(llmgw_reconcile_duration_seconds_bucket[5m])))",
                  "{{instance}}"),),
           "How long one pass comparing what models want with what runs takes (ReconcileSlow)."),
+    Panel("Jobs, by kind and state", "timeseries", "short",
+          (Query("sum by (kind, state) (llmgw_jobs)", "{{kind}} {{state}}"),),
+          "Changes to models followed until they serve or fail (`llmgw ctl jobs`)."),
     Panel("Leader", "timeseries", "short",
           (Query("max by (instance) (llmgw_leader)", "{{instance}}"),),
           "1 on the control plane that leads, 0 on standbys (NoLeader)."),
