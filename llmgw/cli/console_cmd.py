@@ -45,20 +45,9 @@ async def run(args: argparse.Namespace) -> int:
 def _signed_in_through_the_provider(args: argparse.Namespace, exc: CtlError) -> bool:
     """No admin token, and this machine's server.yaml names a single sign-on provider: sign in
     through its device flow (as `llmgw ctl signin`) rather than stop."""
-    import os
-
     from llmgw.cli import ctl_signin
-    from llmgw.cli.ctl_client import DEFAULT_URL, ENV_URL
 
-    if not exc.message.startswith("no admin token") or getattr(args, "token_file", None):
-        return False
-    config = os.environ.get("LLMGW_CONFIG", ctl_signin.DEFAULT_CONFIG)
-    if not ctl_signin.provider_configured(config):
-        return False
-    url = getattr(args, "admin", None) or os.environ.get(ENV_URL, "").strip() or DEFAULT_URL
-    print(f"llmgw console: no admin token here; signing in through the single sign-on provider ({config})",
-          file=sys.stderr)
-    return ctl_signin.sign_in_for(url, config) == 0
+    return ctl_signin.signed_in_instead(args, exc, "llmgw console")
 
 
 @contextlib.contextmanager

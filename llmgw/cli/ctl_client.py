@@ -182,7 +182,16 @@ def ctl_command(fn: Callable[[argparse.Namespace, AdminClient], int | None]) -> 
     @functools.wraps(fn)
     def handler(args: argparse.Namespace) -> int:
         try:
-            return int(fn(args, AdminClient.from_args(args)) or 0)
+            try:
+                client = AdminClient.from_args(args)
+            except CtlError as exc:
+                # At a terminal with no admin token: the single sign-on provider's device flow instead.
+                from llmgw.cli.ctl_signin import signed_in_instead
+
+                if not (sys.stdin.isatty() and signed_in_instead(args, exc)):
+                    raise
+                client = AdminClient.from_args(args)
+            return int(fn(args, client) or 0)
         except CtlError as exc:
             print(exc.message, file=sys.stderr)
             return exc.code

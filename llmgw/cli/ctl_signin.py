@@ -82,6 +82,23 @@ def provider_configured(config_path: str) -> bool:
     return bool(oidc.issuer and (oidc.device_client_id or oidc.client_id))
 
 
+def signed_in_instead(args: argparse.Namespace, exc: CtlError, who: str = "llmgw ctl") -> bool:
+    """After ``exc``: when it says there is no admin token, none was named, and this machine's
+    server.yaml ($LLMGW_CONFIG, else /etc/llmgw/server.yaml) names a single sign-on provider,
+    sign in through its device flow (as `llmgw ctl signin`); True when that worked."""
+    from llmgw.cli.ctl_client import DEFAULT_URL as default_url
+
+    if not exc.message.startswith("no admin token") or getattr(args, "token_file", None):
+        return False
+    config = os.environ.get("LLMGW_CONFIG", DEFAULT_CONFIG)
+    if not provider_configured(config):
+        return False
+    url = getattr(args, "admin", None) or os.environ.get(ENV_URL, "").strip() or default_url
+    print(f"{who}: no admin token here; signing in through the single sign-on provider ({config})",
+          file=sys.stderr)
+    return sign_in_for(url, config) == 0
+
+
 def sign_in_for(url: str, config_path: str) -> int:
     """The device sign-in for ``url`` with the provider of ``config_path`` (what the console does
     when it has no admin token); the exit status, its reason on stderr."""

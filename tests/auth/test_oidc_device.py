@@ -135,3 +135,37 @@ async def test_the_console_without_a_token_signs_in_through_the_provider(op, adm
     assert signed, capsys.readouterr().err
     client = AdminClient.from_args(args)
     assert isinstance(await asyncio.to_thread(client.get, "/orgs"), (dict, list))
+
+
+async def test_ctl_at_a_terminal_without_a_token_signs_in_first(op, admin, capsys, tmp_path, monkeypatch):
+    from llmgw.cli.main import main
+
+    url, _ = admin
+    server_yaml = tmp_path / "server.yaml"
+    server_yaml.write_text(f"auth:\n  oidc:\n    issuer: {op.issuer}\n    client_id: llmgw\n"
+                           f"    device_client_id: llmgw-cli\n    redirect_url: http://127.0.0.1:1/auth/callback\n")
+    monkeypatch.setenv("LLMGW_CONFIG", str(server_yaml))
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal())
+
+    async def approve() -> None:
+        while not op.devices:
+            await asyncio.sleep(0.02)
+        (device,) = op.devices.values()
+        op.approve_device(device["user_code"], "ayse")
+
+    approving = asyncio.create_task(approve())
+    code = await asyncio.to_thread(main, ["ctl", "orgs", "list", "--admin", url, "--json"])
+    await approving
+    out, err = capsys.readouterr()
+    assert code in (0, None), err
+    assert "no admin token here; signing in through the single sign-on provider" in err
+    # Without a terminal (a script), no sign-in is tried: the refusal says what to do.
+    monkeypatch.setattr("sys.stdin", type("Pipe", (), {"isatty": lambda self: False})())
+    (tmp_path / "home-config" / "llmgw" / "oidc-tokens.json").unlink()
+    assert await asyncio.to_thread(main, ["ctl", "orgs", "list", "--admin", url]) == 2
+    assert "llmgw ctl signin" in capsys.readouterr().err
