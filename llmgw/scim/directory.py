@@ -86,13 +86,9 @@ class Directory:
     # ---- people ------------------------------------------------------------------------
 
     async def users(self) -> list[User]:
-        ids = [m.user_id for m in await self.store.list_memberships(scope_kind="org", scope_id=self.org.id)]
-        out = []
-        for user_id in ids:
-            user = await self.store.get_user(user_id)
-            if user is not None and not is_forgotten_email(user.email):
-                out.append(user)
-        return sorted(out, key=lambda u: u.created_at)
+        ids = {m.user_id for m in await self.store.list_memberships(scope_kind="org", scope_id=self.org.id)}
+        people = [u for u in await self.store.list_users() if u.id in ids and not is_forgotten_email(u.email)]
+        return sorted(people, key=lambda u: (u.created_at, u.id))
 
     async def user(self, user_id: str) -> User:
         try:
