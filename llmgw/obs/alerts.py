@@ -238,7 +238,7 @@ GUARD = AlertGroup("llmgw-guard", "The guardrails and their judge models.", (
         "The guardrails cannot ask their judge ({{ $labels.reason }})",
         _join("no_judge: a policy names a model the catalog does not have as a judge. unavailable: the judge",
               "has no replica answering (`llmgw ctl replicas`). format: it answers in a form its judge",
-              "format does not read. `llmgw ctl guard` shows the policies and their judges."),
+              "format does not read. `llmgw ctl guard judge status` says what is wrong with each judge."),
     ),
     Alert(
         "GuardBlocksSpiking",
@@ -329,7 +329,7 @@ NODES = AlertGroup("llmgw-nodes", "The nodes' machines and their engines.", (
         "NodeDiskFilling", "llmgw_node_disk_free_bytes / llmgw_node_disk_total_bytes < 0.1", "warning", "10m",
         "{{ $labels.node }}: {{ $labels.path }} has {{ $value | humanizePercentage }} free",
         _join("Weights no longer fit and engines fail to write. Remove weights no model uses, or give the",
-              "disk more room; `llmgw doctor` on the node shows what takes it."),
+              "disk more room; `llmgw doctor` on the node checks the disk free for weights."),
     ),
     Alert(
         "NodeMemoryLow", "llmgw_node_memory_available_bytes / llmgw_node_memory_total_bytes < 0.05",
@@ -388,7 +388,7 @@ GPUS = AlertGroup("llmgw-gpus", "The cards, as the agents read them (NVML, nvidi
     Alert(
         "GPUFailed", 'llmgw_gpu_health{health="failed"} == 1', "critical", "1m",
         "{{ $labels.node }} GPU {{ $labels.gpu }} has failed",
-        _join("The agent reads the card as failed; placement keeps replicas off it and those on it stop.",
+        _join("The agent reads the card as failed, and placement puts no replica on it.",
               "The other alerts on the card say why. Drain the node and have the card looked at."),
     ),
 ))
@@ -437,7 +437,7 @@ MIRROR = AlertGroup("llmgw-mirror", "The mirror that keeps and serves model file
     Alert(
         "MirrorVerifyFailures", "increase(llmgw_mirror_verify_failures_total[1h]) > 0", "critical", "0m",
         "{{ $value | humanize }} model files on {{ $labels.instance }} do not match their checksums",
-        _join("A file changed on disk or was written short: nodes fetching it would refuse it. `llmgw mirror",
+        _join("A file changed on disk or was written short, so a node fetching it gets wrong weights. `llmgw mirror",
               "verify` names the files; fetch the model again into the mirror."),
     ),
     Alert(
