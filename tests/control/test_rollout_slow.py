@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import attrs
 import openai
 import pytest
 
+from llmgw.config.units import Duration
 from llmgw.router.gateway import GATEWAY
 from llmgw.wire import messages as w
 
@@ -73,6 +75,9 @@ async def _cluster(tmp_path, aiohttp_client):
     from llmgw.server import make_gateway_app
 
     config = config_for(tmp_path, str(tmp_path / "store.db"))
+    # The fake agent sends no heartbeats, and 2,000 requests take longer than the 15 s a silent node is kept:
+    # a longer window, so the test measures the split rather than a node lost and found
+    config = attrs.evolve(config, control=attrs.evolve(config.control, heartbeat_window=Duration(seconds=300)))
     app = make_gateway_app(config)
     slot = attach_control_plane(app, config, engines=ENGINES, holder="cp-1")
     client = await aiohttp_client(app)
