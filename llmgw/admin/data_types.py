@@ -35,6 +35,8 @@ class ForgetRemoved:
     files: int = field("Files deleted: their own and their batches'.")
     batches: int = field("Batches deleted.")
     responses: int = field("Answers kept for their personal keys (Responses API) deleted.")
+    thread_turns: int = field("Turns they wrote in projects' threads (their prompts and the answers) deleted.")
+    memory_notes: int = field("Memory notes they wrote last, in projects, deleted.")
     mail: int = field("Mail to them, queued or sent, deleted.")
     usage_rows: int = field("Usage rows now under the pseudonym, the client's user and metadata cleared.")
     usage_sums: int = field("Hourly and daily usage sums now under the pseudonym.")

@@ -51,6 +51,7 @@ class Notebook:
     store: Store
     project: str
     agent: str
+    user_id: str | None = None  #: the key's person, who writes the notes (forgetting them deletes theirs)
 
 
 def agent_of(request: web.Request) -> str:
@@ -77,7 +78,7 @@ async def notebook(request: web.Request, principal: Principal | None = None) -> 
     if no_store(request.app[GATEWAY], principal):
         raise bad_request("a guardrails policy with no_store applies to this key: no notes are kept for it",
                           code="memory_off")
-    return Notebook(store, project, agent)
+    return Notebook(store, project, agent, principal.user_id)
 
 
 def note_json(note: MemoryNote) -> dict[str, Any]:
@@ -92,7 +93,7 @@ async def remember(book: Notebook, key: str, text: Any, tags: Any = None) -> tup
     if tags is not None and (isinstance(tags, str) or not isinstance(tags, list)):
         raise bad_request("tags: expected a list of tags like [\"preference\"]", param="tags")
     with store_errors("memory notes"):
-        return await book.store.put_memory_note(book.project, book.agent, key, text, tags or ())
+        return await book.store.put_memory_note(book.project, book.agent, key, text, tags or (), user_id=book.user_id)
 
 
 async def recall(book: Notebook, *, text: str | None = None, tag: str | None = None,

@@ -289,7 +289,7 @@ class ThreadKeeper:
             turn = [*self.new, self.answer]
             tokens = estimate_tokens(self.new) + max(call.completion_tokens, estimate_tokens([self.answer]))
             await remember_turn(self.data, self.project, self.thread_id, turn, tokens=tokens,
-                                retention=self.retention)
+                                retention=self.retention, user_id=getattr(call.principal, "user_id", None))
         except Exception:
             log.exception("keeping a thread's turn failed", extra={"fields": {"request_id": call.request_id}})
         finally:
@@ -379,14 +379,14 @@ async def conversation(request: web.Request, principal: Principal, thread_id: st
 
 
 async def remember_turn(data: ClientData, project: str, thread_id: str, messages: list[dict[str, Any]], *,
-                        tokens: int | None = None, retention=None) -> None:
-    """Add a turn (the new messages, the answer last) to a thread."""
+                        tokens: int | None = None, retention=None, user_id: str | None = None) -> None:
+    """Add a turn (the new messages, the answer last) to a thread; `user_id`: the key's person, who wrote it."""
     store = data.require_store("threads")
     if retention is None:
         retention = (await data.features(project)).thread_retention
     await store.append_thread_turn(project, thread_id, messages,
                                    tokens=estimate_tokens(messages) if tokens is None else tokens,
-                                   retention=retention)
+                                   retention=retention, user_id=user_id)
 
 
 def new_thread_id() -> str:

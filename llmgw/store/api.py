@@ -629,9 +629,10 @@ class Store(abc.ABC):
         tokens: int,
         retention: dt.timedelta = DEFAULT_THREAD_RETENTION,
         keep_turns: int = MAX_THREAD_TURNS,
+        user_id: str | None = None,
     ) -> ThreadTurn:
         """Add a turn (creating the thread); the thread is kept ``retention`` from now, and only
-        its newest ``keep_turns`` turns."""
+        its newest ``keep_turns`` turns. ``user_id``: whose turn it is, so forgetting them deletes it."""
 
     @abc.abstractmethod
     async def delete_thread(self, project_id: str, thread_id: str) -> bool:
@@ -651,8 +652,10 @@ class Store(abc.ABC):
         tags: Sequence[str] = (),
         *,
         max_notes: int = MAX_NOTES_PER_AGENT,
+        user_id: str | None = None,
     ) -> tuple[MemoryNote, bool]:
-        """Keep a note under its key (replacing one there); True when it is new. Conflict when the
+        """Keep a note under its key (replacing one there), written by ``user_id``; True when it is new.
+        Conflict when the
         agent already keeps ``max_notes`` notes."""
 
     @abc.abstractmethod

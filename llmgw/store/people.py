@@ -41,6 +41,8 @@ FORGET_PARTS = (
     ("files", "files"),
     ("batches", "batches"),
     ("responses", "stored responses"),
+    ("thread_turns", "turns of threads they wrote"),
+    ("memory_notes", "memory notes they wrote last"),
     ("mail", "mail to them, queued or sent"),
     ("usage_rows", "usage rows now under the pseudonym"),
     ("usage_sums", "usage sums now under the pseudonym"),
@@ -63,6 +65,8 @@ class ForgetReport:
     files: int = 0
     batches: int = 0
     responses: int = 0
+    thread_turns: int = 0
+    memory_notes: int = 0
     mail: int = 0
     usage_rows: int = 0
     usage_sums: int = 0

@@ -265,8 +265,10 @@ class SQLClientData(SQLFilesBatches):
         tokens: int,
         retention: dt.timedelta = DEFAULT_THREAD_RETENTION,
         keep_turns: int = MAX_THREAD_TURNS,
+        user_id: str | None = None,
     ) -> ThreadTurn:
         project_id = v.check_id(project_id, "project id")
+        user_id = v.check_opt_id(user_id, "user_id")
         thread_id = check_thread_id(thread_id)
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
             raise Invalid("messages: expected a list of chat messages")
@@ -300,8 +302,8 @@ class SQLClientData(SQLFilesBatches):
             )
             seq = int(last or 0) + 1
             await tx.execute(
-                "INSERT INTO thread_turns (project_id, thread_id, seq, messages, tokens, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)", project_id, thread_id, seq, text, tokens, t_now,
+                "INSERT INTO thread_turns (project_id, thread_id, seq, messages, tokens, created_at, user_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)", project_id, thread_id, seq, text, tokens, t_now, user_id,
             )
             await tx.execute(
                 "DELETE FROM thread_turns WHERE project_id = ? AND thread_id = ? AND seq <= ?",
@@ -346,9 +348,12 @@ class SQLClientData(SQLFilesBatches):
         tags: Sequence[str] = (),
         *,
         max_notes: int = MAX_NOTES_PER_AGENT,
+        user_id: str | None = None,
     ) -> tuple[MemoryNote, bool]:
-        """Keep a note (replacing the one under the same key); True when it is new."""
+        """Keep a note (replacing the one under the same key); True when it is new. ``user_id``: who wrote
+        it (the last writer), so forgetting them deletes it."""
         project_id = v.check_id(project_id, "project id")
+        user_id = v.check_opt_id(user_id, "user_id")
         agent = check_agent(agent)
         key = check_note_key(key)
         text = check_note_text(text)
@@ -371,16 +376,17 @@ class SQLClientData(SQLFilesBatches):
                         f"agent {agent!r} already keeps {count} notes, the most it may; forget some first"
                     )
                 await tx.execute(
-                    f"INSERT INTO memory_notes ({NOTE_COLS}, search) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO memory_notes ({NOTE_COLS}, search, user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     project_id, agent, key, text, v.to_json(list(tags), "tags"), t_now, t_now,
-                    _search_text(key, text),
+                    _search_text(key, text), user_id,
                 )
                 created = now
             else:
                 await tx.execute(
-                    "UPDATE memory_notes SET text = ?, tags = ?, search = ?, updated_at = ?"
+                    "UPDATE memory_notes SET text = ?, tags = ?, search = ?, updated_at = ?, user_id = ?"
                     " WHERE project_id = ? AND agent = ? AND key = ?",
-                    text, v.to_json(list(tags), "tags"), _search_text(key, text), t_now, project_id, agent, key,
+                    text, v.to_json(list(tags), "tags"), _search_text(key, text), t_now, user_id, project_id, agent,
+                    key,
                 )
                 created = self._dt(r["created_at"])
             note = MemoryNote(project_id=project_id, agent=agent, key=key, text=text, tags=tags,

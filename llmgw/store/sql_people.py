@@ -6,7 +6,8 @@ project or key; it goes when nothing is left set on it.
 Forgetting a person is one transaction: their keys are revoked and lose
 their names, their sessions, reset links, memberships and own limits go,
 their personal files, batches (with the batches' files), the answers
-kept for their personal keys and the mail to them are deleted; their usage rows and sums stay,
+kept for their personal keys, the turns of threads and the memory notes
+they wrote (with member keys, in projects) and the mail to them are deleted; their usage rows and sums stay,
 with the person's id replaced by a pseudonym and what the client sent
 about them (``user``, ``metadata``) cleared; audit events about them name
 the pseudonym instead of their email, name or id; and their row keeps only
@@ -149,6 +150,8 @@ class SQLPeople(SQLStoreBase):
                     "DELETE FROM limits WHERE scope_kind = 'key' AND scope_id = ?", key_id)
                 await tx.execute("DELETE FROM scope_rules WHERE scope_kind = 'key' AND scope_id = ?", key_id)
                 counts["responses"] += await tx.execute("DELETE FROM responses WHERE scope = ?", key_id)
+            counts["thread_turns"] = await tx.execute("DELETE FROM thread_turns WHERE user_id = ?", user_id)
+            counts["memory_notes"] = await tx.execute("DELETE FROM memory_notes WHERE user_id = ?", user_id)
             counts["mail"] = await tx.execute("DELETE FROM mail_outbox WHERE to_addr = ?", email)
             counts["usage_rows"] = await tx.execute(
                 "UPDATE usage SET user_id = ?, client_user = NULL, metadata = NULL WHERE user_id = ?",

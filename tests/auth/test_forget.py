@@ -69,9 +69,10 @@ async def _engine():
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
 
 
-async def _use_the_gateway(store_dsn: str, secret: str) -> None:
+async def _use_the_gateway(store_dsn: str, secret: str, member_secret: str) -> None:
     """The person's requests through a real gateway with the real key resolver, on a store of its own
-    (the same database), closed with it."""
+    (the same database), closed with it: with their personal key an answer kept, a file, a batch; with
+    their member key a turn of a project's thread and a memory note."""
     store = await open_store(store_dsn)
     engine, url = await _engine()
     config = parse_server_config({"store": {"dsn": "/nonexistent/llmgw.db"}, "auth": {"keys_required": True},
@@ -93,6 +94,19 @@ async def _use_the_gateway(store_dsn: str, secret: str) -> None:
                                              purpose="batch")
         await client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                     completion_window="24h", metadata={"owner": NAME})
+        member = openai.AsyncOpenAI(base_url=client.base_url, api_key=member_secret, max_retries=0)
+        try:
+            await member.chat.completions.create(model="m", messages=[{"role": "user", "content": PROMPT}],
+                                                 extra_headers={"x-llmgw-thread": "notes-1"})
+        finally:
+            await member.close()
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            async with http.put(f"{str(client.base_url).rstrip('/')}/memory/about-me",
+                                headers={"Authorization": f"Bearer {member_secret}"},
+                                json={"text": f"{NAME} says: {PROMPT}"}) as resp:
+                assert resp.status == 201, await resp.text()
     finally:
         await client.close()
         await runner.cleanup()
@@ -157,7 +171,10 @@ async def test_forget_leaves_no_trace_of_the_person_and_keeps_usage_sums(store, 
                                    client="10.0.0.7", user_agent="Annabel's browser")
     await store.create_password_reset(token_hash=hashlib.sha256(b"link").hexdigest(), user_id=ann.id,
                                       expires_at=clock.now + dt.timedelta(hours=1))
-    await _use_the_gateway(store_dsn, personal.secret)
+    train = await t.find("acme/ml/train")
+    await store.set_project_features(train.id, actor="test", threads=True, memory=True)
+    bob_note = await store.put_memory_note(train.id, "default", "bobs", "Bob Other's note", user_id=bob.id)
+    await _use_the_gateway(store_dsn, personal.secret, member.secret)
     await store.enqueue_mail(kind="reset_link", to=EMAIL.lower(), subject="Set a new password",
                              body=f"Hello {NAME}: https://llm.example.com/reset/abc")
     at = clock.now
@@ -173,6 +190,10 @@ async def test_forget_leaves_no_trace_of_the_person_and_keeps_usage_sums(store, 
     assert (report.keys_revoked, report.sessions, report.reset_links, report.memberships) == (2, 1, 1, 1)
     assert report.responses == 1 and report.batches == 1 and report.files == 1 and report.limits == 1
     assert report.mail == 1 and await store.list_mail() == []
+    assert report.thread_turns == 1 and report.memory_notes == 1
+    assert await store.get_thread_turns(train.id, "notes-1") == []
+    assert await store.get_memory_note(train.id, "default", "about-me") is None
+    assert (await store.get_memory_note(train.id, "default", "bobs")).text == bob_note[0].text
     assert report.usage_rows == 2 and report.usage_sums >= 2 and report.audit_events >= 4
 
     # usage kept, under the pseudonym; Bob untouched
