@@ -136,6 +136,22 @@ _REPLICAS = Row("Replicas and queues", (
           width=24),
 ))
 
+_GUARD = Row("Guardrails", (
+    Panel("Guard checks a second, by stage and action", "timeseries", "reqps",
+          (Query("sum by (stage, action) (rate(llmgw_guard_checks_total[5m]))", "{{stage}} {{action}}"),),
+          "Checks of requests (input) and answers (output) by the policies attached to their scope: allowed, "
+          "flagged, redacted, blocked."),
+    Panel("Guard check time, p95, by stage", "timeseries", "s",
+          (Query(_p95("llmgw_guard_latency_seconds", "stage"), "{{stage}}"),),
+          "What the checks add to a request, judges included."),
+    Panel("Blocked, redacted and unjudged a second", "timeseries", "reqps",
+          (Query("sum(rate(llmgw_tenant_guard_blocks_total[5m])) or vector(0)", "blocked"),
+           Query("sum(rate(llmgw_guard_redactions_total[5m])) or vector(0)", "values redacted"),
+           Query("sum(rate(llmgw_guard_fail_open_total[5m]))", "served unjudged (GuardFailingOpen)")),
+          "Requests and answers blocked, values replaced by placeholders, and checks passed without their judge.",
+          width=24),
+))
+
 _STORE = Row("Store and notifications", (
     Panel("Store query time, p95", "timeseries", "s",
           (Query("histogram_quantile(0.95, sum by (kind, le) "
@@ -248,8 +264,8 @@ _MIRROR = Row("Mirror", (
 CLUSTER = Dashboard(
     uid="llmgw-cluster", title="llmgw — cluster",
     description="The gateway's requests, tokens and latency by model; replicas and queues; the control plane, "
-                "the nodes and their GPUs; the store and the mirror.",
-    rows=(_REQUESTS, _REPLICAS, _CONTROL, _NODES, _GPUS, _STORE, _MIRROR),
+                "the nodes and their GPUs; the guardrails; the store and the mirror.",
+    rows=(_REQUESTS, _REPLICAS, _CONTROL, _NODES, _GPUS, _GUARD, _STORE, _MIRROR),
 )
 
 # ---------------------------------------------------------------------------------------------------- tenants

@@ -29,12 +29,12 @@ from llmgw.obs.monitoring_files import rules_yaml
 
 from test_dashboards import grafana_variables_filled, metric_names
 
-#: series that appear with their first event, which this cluster does not cause: counters of failures
-#: and fallbacks, and a model's queue once a request has waited in it
+#: series that appear with their first event, which this cluster does not cause: counters of failures,
+#: fallbacks, guard blocks and redactions, and a model's queue once a request has waited in it
 AFTER_AN_EVENT = {
     "llmgw_upstream_retries_total", "llmgw_fallbacks_total", "llmgw_notifications_total",
     "llmgw_replica_start_failures_total", "llmgw_mirror_fetches_total", "llmgw_store_query_errors_total",
-    "llmgw_queue_depth",
+    "llmgw_queue_depth", "llmgw_tenant_guard_blocks_total", "llmgw_guard_redactions_total",
 }
 
 DISCOVERY_FAKES = Path(__file__).resolve().parents[1] / "agent" / "discovery" / "conftest.py"
@@ -165,6 +165,10 @@ def test_every_dashboard_query_returns_series_from_prometheus_scraping_a_running
         subprocess.run([*llmgw, "ctl", "limits", "set", "project:local/up", "--budget-micros", "1000000000",
                         "--budget-period", "month", "--admin", info["admin_url"],
                         "--token-file", info["admin_token_file"]], env=env, check=True, capture_output=True)
+
+        # The built-in baseline guard policy on the same project, so that its checks are counted.
+        subprocess.run([*llmgw, "ctl", "guard", "attach", "project:local/up", "baseline",
+                        "--config", str(Path(info["dir"]) / "server.yaml")], env=env, check=True, capture_output=True)
 
         # Traffic: answers, streamed answers (first token, time per token), a model that does not exist.
         client = openai.OpenAI(base_url=info["base_url"], api_key=info["api_key"])
