@@ -74,3 +74,25 @@ def test_the_state_kept_reads_back_and_leaves_out_what_is_damaged():
     assert damaged == Rollouts()
     starting = Rollouts({"chat": Canary(model="chat", name="chat-canary", revision="r", weight=10.0)})
     assert starting.split() == {"chat": ("chat-canary", 0.0)}  # not serving yet: no share
+
+
+async def test_every_control_plane_reads_the_same_split_with_its_catalog(tmp_path):
+    from llmgw.control.catalog import Catalog
+    from llmgw.control.rollout_state import ROLLOUTS_SETTING
+    from llmgw.store import open_store
+
+    from .conftest import ENGINES, model
+
+    dsn = f"sqlite:///{tmp_path}/store.db"
+    first, second = await open_store(dsn), await open_store(dsn)
+    try:
+        catalogs = [Catalog([model("chat")], store, ENGINES) for store in (first, second)]
+        state = Rollouts({"chat": Canary(model="chat", name="chat-canary", revision="acme/chat@v2", weight=10.0,
+                                         serving=True)})
+        await first.set_setting(ROLLOUTS_SETTING, state.to_setting(), actor="ann")
+        assert [await c.load() for c in catalogs] == [True, True]
+        assert [c.rollouts.split() for c in catalogs] == [{"chat": ("chat-canary", 10.0)}] * 2
+        assert [await c.load() for c in catalogs] == [False, False]  # nothing changed: nothing rebuilt
+    finally:
+        await first.close()
+        await second.close()

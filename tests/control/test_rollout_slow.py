@@ -9,11 +9,14 @@ client's the openai SDK through the gateway.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 
 import aiohttp
 import attrs
 import openai
 import pytest
+import yaml
 
 from llmgw.config.units import Duration
 from llmgw.router.gateway import GATEWAY
@@ -89,6 +92,20 @@ async def _cluster(tmp_path, aiohttp_client):
     return config, app, slot, client, agent
 
 
+async def _ctl(config, tmp_path, *argv: str) -> tuple[int, str]:
+    """`llmgw ctl ARGV` against the cluster's admin API, in a thread (it blocks while the loop serves it)."""
+    from llmgw.cli.main import main
+
+    def run() -> tuple[int, str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["ctl", *argv, "--admin", f"http://{config.admin_listen}",
+                         "--token-file", str(tmp_path / "admin-token")])
+        return code, out.getvalue()
+
+    return await asyncio.to_thread(run)
+
+
 async def _job(admin: Admin, job_id: str, timeout: float = 20.0) -> dict:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -117,10 +134,29 @@ async def test_an_update_stopped_by_its_gate_keeps_the_old_revision_and_one_that
             await until(lambda: app[GATEWAY].replicas.replicas_for("chat"), what="chat in the router")
             assert (await _answer(sdk)).startswith("42")
 
+            # the operator's suite, asked by hand: exit 0 when it reaches its threshold, 1 when not
+            suite_file = tmp_path / "sums.yaml"
+            suite_file.write_text(yaml.safe_dump(SUITE))
+            strict_file = tmp_path / "strict.yaml"
+            strict_file.write_text(yaml.safe_dump({**SUITE, "cases": [{"prompt": "What is 9 * 11?", "contains": "99"}]}))
+            code, out = await _ctl(config, tmp_path, "eval", "run", "chat", str(suite_file))
+            assert code == 0 and "chat scored 1.00 on sums (2 of 2 cases passed; the threshold is 0.80)" in out
+            code, out = await _ctl(config, tmp_path, "eval", "run", "chat", str(strict_file))
+            assert code == 1 and "FAIL  case-1: the answer does not contain '99'" in out
+
+            # a suite with a mistake is refused before anything starts, naming the field
+            async with http.post(admin.base + "/models/chat/update", headers=admin.headers,
+                                 json={"to": "bad", "gate": {**SUITE, "threshold": 3}}) as resp:
+                assert resp.status == 400
+                assert "threshold: give a number from 0 to 1" in (await resp.json())["error"]
+            assert (await admin.call("GET", "/canaries"))["canaries"] == []
+
             # a revision that fails the suite: stopped in words, the canary gone, the old one serving
-            job = await admin.call("POST", "/models/chat/update", {"to": "bad", "gate": SUITE})
-            assert job["kind"] == "update"
-            job = await _job(admin, job["id"])
+            code, out = await _ctl(config, tmp_path, "model", "update", "chat", "--to", "bad", "--gate",
+                                   str(suite_file), "--wait")
+            assert code == 1, out
+            assert "asking chat-canary the quality suite sums (2 cases)" in out
+            [job] = [j for j in (await admin.call("GET", "/jobs", model="chat"))["jobs"] if j["kind"] == "update"]
             assert job["state"] == "failed", job
             assert ("stopped by the quality gate: chat-canary scored 0.00 on sums, below its threshold of 0.80 "
                     "(0 of 2 cases passed); chat keeps serving acme/chat@good") in job["now"]
@@ -209,6 +245,13 @@ async def test_a_canary_takes_its_share_of_sessions_sticky_and_is_promoted_or_ta
 
             changed = await admin.call("PATCH", "/models/chat/canary", {"weight": 50})
             assert changed["weight"] == 50.0
+
+            # a promotion whose gate fails leaves both as they were
+            strict = {**SUITE, "cases": [{"prompt": "What is 9 * 11?", "contains": "99"}]}
+            job = await _job(admin, (await admin.call("POST", "/models/chat/canary/promote", {"gate": strict}))["id"])
+            assert job["state"] == "failed" and "the canary stays at 50% and chat keeps acme/chat@good" in job["now"]
+            assert [c["weight"] for c in (await admin.call("GET", "/canaries"))["canaries"]] == [50.0]
+            assert agent.revisions("chat") == ["acme/chat@good"]
 
             job = await _job(admin, (await admin.call("POST", "/models/chat/canary/promote", {"gate": SUITE}))["id"])
             assert job["state"] == "done", job
