@@ -105,7 +105,7 @@ GATEWAY = AlertGroup("llmgw-gateway", "What the callers of the client API feel: 
     ),
     Alert(
         "GatewayFaults", "sum by (route) (increase(llmgw_http_errors_total[10m])) > 0", "warning", "0m",
-        "The gateway failed {{ $value }} requests on {{ $labels.route }} with its own fault",
+        "The gateway failed {{ $value | humanize }} requests on {{ $labels.route }} with its own fault",
         _join("A status 500 is a fault of llmgw, not of the caller or the engine. Each one is logged with its",
               "request id and the error: search the server's log for the route, and report it with that line."),
     ),
@@ -127,14 +127,14 @@ GATEWAY = AlertGroup("llmgw-gateway", "What the callers of the client API feel: 
 ACCOUNTING = AlertGroup("llmgw-accounting", "Whether usage, changes and notifications reach where they go.", (
     Alert(
         "StoreWritesFailing", "increase(llmgw_store_write_errors_total[5m]) > 0", "critical", "0m",
-        "The store failed {{ $value }} writes in five minutes on {{ $labels.instance }}",
+        "The store failed {{ $value | humanize }} writes in five minutes on {{ $labels.instance }}",
         _join("A full disk, a read-only file or an unreachable database. Admin changes are refused while it",
               "lasts and usage rows wait in the journal. `llmgw doctor` on the control plane checks the",
               "store; free the disk or bring the database back, and the journal is written out by itself."),
     ),
     Alert(
         "UsageRowsDropped", "increase(llmgw_usage_rows_dropped_total[10m]) > 0", "critical", "0m",
-        "{{ $value }} usage rows were lost on {{ $labels.instance }}",
+        "{{ $value | humanize }} usage rows were lost on {{ $labels.instance }}",
         _join("Neither the store nor the journal took them: the requests were served and will not be billed",
               "or counted against budgets. Fix the store (StoreWritesFailing) and the disk the journal is on."),
     ),
