@@ -64,10 +64,12 @@ class SMTPServer:
 
     USER, PASSWORD = "gateway", "s3cret-pass"
 
-    def __init__(self, *, port: int | None = None, cert: tuple[Path, Path] | None = None) -> None:
+    def __init__(self, *, port: int | None = None, cert: tuple[Path, Path] | None = None,
+                 implicit_tls: bool = False) -> None:
         self.port = port or free_port()
         self.inbox = Inbox()
         self.cert = cert
+        self.implicit_tls = implicit_tls  # TLS from the first byte (port 465's way), not STARTTLS
         self.controller: Controller | None = None
 
     def _auth(self, server, session, envelope, mechanism, auth_data) -> AuthResult:
@@ -82,8 +84,12 @@ class SMTPServer:
         if self.cert is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(*map(str, self.cert))
-            kw = {"tls_context": context, "require_starttls": True, "authenticator": self._auth,
-                  "auth_required": True, "auth_require_tls": True}
+            kw = {"authenticator": self._auth, "auth_required": True, "auth_require_tls": True}
+            if self.implicit_tls:
+                # aiosmtpd counts only STARTTLS as TLS for AUTH; this connection is TLS from its first byte.
+                kw.update(ssl_context=context, auth_require_tls=False)
+            else:
+                kw.update(tls_context=context, require_starttls=True)
         self.controller = Controller(self.inbox, hostname="127.0.0.1", port=self.port, **kw)
         self.controller.start()
         return self

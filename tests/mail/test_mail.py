@@ -232,3 +232,24 @@ async def test_two_senders_on_one_store_send_each_message_once_and_old_ones_are_
     assert sum(sent) == 6 and sorted(m["To"] for m in server.inbox.messages) == [f"p{i}@example.com" for i in range(6)]
     assert await store.delete_mail_before(clock.now + dt.timedelta(days=31)) == 6
     assert await store.list_mail() == []
+
+
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")  # it is TLS: see smtp_server
+async def test_tls_from_the_first_byte_with_a_password(tmp_path, store, clock, smtp) -> None:
+    cert = self_signed(tmp_path)
+    server = smtp(cert=cert, implicit_tls=True)
+    config = parse_server_config({"mail": _mail(server.port, security="tls", username=SMTPServer.USER,
+                                                password=SMTPServer.PASSWORD, ca_file=str(cert[0]))}).mail
+    outbox = Outbox(store, config, clock=clock)
+    await outbox.enqueue("approved", "ayse@example.com", "tr", link=f"{PORTAL}/signin")
+    assert await outbox.send_due() == 1
+    (message,) = server.inbox.messages
+    assert message["Subject"] == "Hesabınız hazır" and server.inbox.logins == [SMTPServer.USER]
+
+    untrusted = parse_server_config({"mail": _mail(server.port, security="tls", username=SMTPServer.USER,
+                                                   password=SMTPServer.PASSWORD)}).mail  # the system's CAs
+    outbox = Outbox(store, untrusted, clock=clock)
+    await outbox.enqueue("approved", "bob@example.com", "en", link=f"{PORTAL}/signin")
+    assert await outbox.send_due() == 0
+    (waiting,) = await store.list_mail(state="waiting")
+    assert "CERTIFICATE_VERIFY_FAILED" in waiting.last_error and len(server.inbox.messages) == 1
