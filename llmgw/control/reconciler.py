@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from llmgw.config.server import ControlConfig
+from llmgw.config.server import ControlConfig, FacilityConfig
 from llmgw.control.agent_events import CRASH_WINDOW, AgentEvents
 from llmgw.control.catalog import Catalog, CatalogModel, model_to_spec
 from llmgw.control.engine_keys import EngineKeys
@@ -49,7 +49,8 @@ from llmgw.control.engine_provisioning import EngineProvisioning, EngineState
 from llmgw.control.inventory import Inventory, Node
 from llmgw.control.jobs import ReconcilerObserver
 from llmgw.control.parked import ParkedRecord, normalized
-from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, place
+from llmgw.control.facility import Hold, PowerBook, held_cards, node_hold
+from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, Rejection, place
 from llmgw.control.preemption import PREEMPT_INTERVAL, PreemptionLedger, taken_words
 from llmgw.control.quotas import QuotaReader, Quotas
 from llmgw.control.schedules import Bounds, bounds_at, time_zone
@@ -107,6 +108,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
         observer: ReconcilerObserver | None = None,
         notify: Callable[[Event], object] | None = None,
         preempt_interval: float = PREEMPT_INTERVAL,
+        facility: FacilityConfig | None = None,
     ) -> None:
         self.control = control
         self.catalog = catalog
@@ -144,6 +146,9 @@ class Reconciler(AgentEvents, EngineProvisioning):
         self.parked_record = ParkedRecord()
         #: node -> engine -> its installation's state (engine_provisioning.py)
         self.engine_states: dict[str, dict[str, EngineState]] = {}
+        #: racks, PDUs and their power budgets (server.yaml facility:), and the holds (facility.py)
+        self.facility = facility or FacilityConfig()
+        self.holds: dict[str, Hold] = {}
         self._provision_due: set[tuple[str, str]] = set()  #: (node, engine) whose Provision is to be sent
 
     # ---------------------------------------------------------------- running
@@ -575,9 +580,36 @@ class Reconciler(AgentEvents, EngineProvisioning):
                 quotas: bool = True) -> Decision:
         """Placement's answer; `quotas` false for a replacement, which takes its original's place. The nodes
         whose cards were taken from the model for one that still waits for them are left out."""
-        return place(model.config, self.inventory.nodes(), self._holdings(), engines=self.engines,
-                     avoid=avoid, preempt=preempt, quotas=self.quotas if quotas else None,
-                     held_for=self.preemption.held_for(model.name))
+        return self._place(model, self.inventory.nodes(), self._holdings(), avoid=avoid, preempt=preempt,
+                           quotas=self.quotas if quotas else None, held_for=self.preemption.held_for(model.name))
+
+    def _place(self, model: CatalogModel, nodes: list[Node], holdings: list[Holding], *,
+               held_for: Mapping[str, str] | None = None, **options: Any) -> Decision:
+        """place(), with the facility's word: held nodes and domains kept out, and no placement that would take a
+        rack's or PDU's draw past its budget (facility.py). A placement whose chosen cards pass a budget is
+        tried again without that node, a few times, then the model waits with the reason."""
+        kept = dict(held_for or {})
+        now = self.wall_clock()
+        if self.holds:
+            for node in nodes:
+                hold = node_hold(self.holds, node.id, node.labels, now)
+                if hold is not None:
+                    kept.setdefault(node.id, hold.words())
+        book = PowerBook(self.facility, nodes, holdings) if self.facility.budgets else None
+        if book is not None:
+            for node_id, why in book.kept_out(model.config).items():
+                kept.setdefault(node_id, why)
+        for _ in range(4):
+            decision = place(model.config, nodes, holdings, engines=self.engines, held_for=kept or None, **options)
+            if book is None or decision.placement is None:
+                return decision
+            refused = book.placement_refusal(decision.placement)
+            if refused is None:
+                return decision
+            kept[refused[0]] = refused[1]
+        others = tuple(r for r in decision.rejections if r.node != refused[0])
+        return Decision(model.name, None, rejections=(*others, Rejection(refused[0], refused[1])),
+                        nodes_considered=decision.nodes_considered)
 
     def _settle_preemptions(self) -> None:
         """Let a preempted model back onto its node once the model its cards went to no longer needs them."""
@@ -630,6 +662,11 @@ class Reconciler(AgentEvents, EngineProvisioning):
             # preempting or counting it is the whole replica's).
             out.extend(attrs.evolve(out[-1], node=worker.node, gpus=worker.gpus)
                        for worker in rec.workers if worker.state != "gone")
+        # A held card is held as a replica would hold it, by something no class may stop.
+        for node_id, cards in held_cards(self.holds, self.wall_clock()).items():
+            for index, hold in cards.items():
+                out.append(Holding(replica_id=f"hold:{hold.domain}", model="", node=node_id, gpus=(index,),
+                                   model_class="critical", spare=False, leaving=False))
         return out
 
     def _launch(self, model: CatalogModel, placement: Placement, *, replaces: str | None = None) -> ReplicaRecord:
