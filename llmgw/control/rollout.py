@@ -82,7 +82,8 @@ def parse_weight(value: Any) -> float:
     return weight
 
 
-_MIRROR_PATH = re.compile(r"^(?P<head>(?:mirror:/*|https?://[^/]+/)?)(?P<model>[^/@:]+)/(?P<version>[^/]+)(?P<rest>(?:/.*)?)$")
+_MIRROR_PATH = re.compile(r"^(?P<head>(?:mirror:/*|https?://[^/]+/)?)(?P<model>[^/@:]+)/(?P<version>[^/]+)"
+                          r"(?P<rest>(?:/.*)?)$")
 _REPO = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[^/@]+))?$")
 
 

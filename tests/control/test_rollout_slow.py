@@ -138,7 +138,8 @@ async def test_an_update_stopped_by_its_gate_keeps_the_old_revision_and_one_that
             suite_file = tmp_path / "sums.yaml"
             suite_file.write_text(yaml.safe_dump(SUITE))
             strict_file = tmp_path / "strict.yaml"
-            strict_file.write_text(yaml.safe_dump({**SUITE, "cases": [{"prompt": "What is 9 * 11?", "contains": "99"}]}))
+            strict = {**SUITE, "cases": [{"prompt": "What is 9 * 11?", "contains": "99"}]}
+            strict_file.write_text(yaml.safe_dump(strict))
             code, out = await _ctl(config, tmp_path, "eval", "run", "chat", str(suite_file))
             assert code == 0 and "chat scored 1.00 on sums (2 of 2 cases passed; the threshold is 0.80)" in out
             code, out = await _ctl(config, tmp_path, "eval", "run", "chat", str(strict_file))
