@@ -395,6 +395,8 @@ class ModelRollouts:
             if asyncio.get_running_loop().time() > deadline:
                 raise _Stopped(f"{name} was not ready within {self.ready_timeout:g} s "
                                f"({self._ready_count(name)} of {count} replicas ready)")
+            if st is not None and st.decision is not None and st.decision.placement is None:
+                job.now = f"{name} waiting for room: {st.decision.summary()}"  # placement's reason, as jobs say
             await asyncio.sleep(POLL)
 
     async def _wait_replaced(self, job: Job, name: str, old: list[str]) -> None:

@@ -203,6 +203,12 @@ async def test_a_canary_takes_its_share_of_sessions_sticky_and_is_promoted_or_ta
             await admin.call("POST", "/models", CHAT)
             await until(lambda: app[GATEWAY].replicas.replicas_for("chat"), what="chat in the router")
 
+            # a model declared in server.yaml is moved by changing the file
+            async with http.post(admin.base + "/models/primary/update", headers=admin.headers,
+                                 json={"to": "acme/primary@v2"}) as resp:
+                assert resp.status == 409
+                assert "primary is declared in server.yaml" in (await resp.json())["error"]
+
             # a canary whose gate fails is taken out before it takes any session
             job = await _job(admin, (await admin.call("POST", "/models/chat/canary",
                                                       {"to": "bad", "weight": "10%", "gate": SUITE}))["id"])
