@@ -250,8 +250,11 @@ async def test_a_canary_takes_its_share_of_sessions_sticky_and_is_promoted_or_ta
                                                        extra_headers={"x-llmgw-variant": "stable"})
             assert forced.model == "chat"
 
-            changed = await admin.call("PATCH", "/models/chat/canary", {"weight": 50})
-            assert changed["weight"] == 50.0
+            code, out = await _ctl(config, tmp_path, "model", "canary", "chat", "--weight", "50%")
+            assert (code, out) == (0, "chat-canary: now takes 50% of chat's sessions\n")
+            code, out = await _ctl(config, tmp_path, "model", "canaries")
+            assert code == 0 and out.splitlines()[1].split() == ["chat", "chat-canary", "acme/chat@better", "50%",
+                                                                 "1/1", "unknown"], out
 
             # a promotion whose gate fails leaves both as they were
             strict = {**SUITE, "cases": [{"prompt": "What is 9 * 11?", "contains": "99"}]}
@@ -270,8 +273,8 @@ async def test_a_canary_takes_its_share_of_sessions_sticky_and_is_promoted_or_ta
             # a canary taken out: its replica stops and the model takes every session again
             await _job(admin, (await admin.call("POST", "/models/chat/canary", {"to": "good", "weight": 100}))["id"])
             assert (await sdk.chat.completions.create(model="chat", messages=ASK, max_tokens=1)).model == "chat-canary"
-            aborted = await admin.call("DELETE", "/models/chat/canary", {})
-            assert aborted["name"] == "chat-canary"
+            code, out = await _ctl(config, tmp_path, "model", "abort", "chat")
+            assert (code, out) == (0, "chat-canary: taken out; chat takes every session again\n")
             await until(lambda: not agent.revisions("chat-canary"), what="the canary stopped")
             assert (await sdk.chat.completions.create(model="chat", messages=ASK, max_tokens=1)).model == "chat"
     finally:
