@@ -126,7 +126,7 @@ async def test_quotas_accounts_keys_orgs_audit_and_settings_render(app):
     await open_view(app, "server.yaml")
     text = screen(app)
     assert "Every key of server.yaml, from the configuration reference" in text
-    assert "admission ›" in text and "models ›" in text and "listen  " in text
+    assert "admission ›" in text and "control ›" in text and "listen  " in text
 
 
 async def test_leave_says_the_cluster_keeps_running(app):
