@@ -115,6 +115,8 @@ class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses,
         # In memory there is one connection, so reads queue behind writes.
         self._read_lock = self._write_lock if reader is writer else asyncio.Lock()
         self._closed = False
+        #: connections whose last transaction was cancelled: made clean before their next one (_run)
+        self._interrupted: set[aiosqlite.Connection] = set()
 
     @classmethod
     async def open(cls, path: str | None, *, clock: Clock | None = None) -> SQLiteStore:
@@ -152,12 +154,22 @@ class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses,
         if self._closed:
             raise StoreError("the store is closed")
         async with lock:
+            if conn in self._interrupted:
+                # A transaction cancelled half-way (a shutdown cancelling a read): its statements may still have
+                # run in aiosqlite's thread after the await gave up, a BEGIN among them. What was queued runs
+                # first; a transaction it left open is rolled back before this one begins.
+                self._interrupted.discard(conn)
+                await conn.execute("SELECT 1")
+                if conn.in_transaction:
+                    await conn.execute("ROLLBACK")
             try:
                 await conn.execute(begin)
                 result = await work(SQLiteTx(conn))
                 await conn.execute("COMMIT")
                 return result
             except BaseException as e:
+                if isinstance(e, asyncio.CancelledError):
+                    self._interrupted.add(conn)
                 if conn.in_transaction:
                     await conn.execute("ROLLBACK")
                 if isinstance(e, sqlite3.Error):

@@ -201,3 +201,29 @@ async def test_the_database_alone_made_immutable_fails_reads_too_until_it_is_wri
     finally:
         _chattr("-i", db)
         await store.close()
+
+
+async def test_a_read_cancelled_half_way_leaves_no_transaction_open(tmp_path):
+    """A shutdown cancels reads in flight; a BEGIN already handed to SQLite's thread still runs after the
+    await gave up. The next read must not find a transaction left open ("cannot start a transaction within a
+    transaction"), and a writer in another process must not be kept waiting by it."""
+    store = await open_store(f"sqlite:///{tmp_path}/s.db")
+    try:
+        async def slow(tx):
+            await asyncio.sleep(0.01)
+            return await tx.fetchval("SELECT 1")
+
+        for delay in (0, 0, 0.0005, 0.001, 0.002) * 8:
+            task = asyncio.create_task(store._read(slow))
+            await asyncio.sleep(delay)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await store.get_setting("anything")  # the next read begins cleanly
+        assert not store._reader.in_transaction
+        other = sqlite3.connect(tmp_path / "s.db", timeout=1)
+        other.execute("CREATE TABLE t (x)")  # another process's writer is not held back
+        other.commit()
+        other.close()
+    finally:
+        await store.close()
