@@ -171,6 +171,19 @@ def load_yaml(text: str, source: str) -> Any:
         raise CtlError(f"{source}: not valid YAML: {str(exc).splitlines()[0]}", 2) from None
 
 
+def load_yaml_file(path: str) -> Any:
+    """Plain values from a YAML (or JSON) file, or from standard input for `-`; CtlError naming it otherwise."""
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as exc:
+        raise CtlError(f"cannot read {path}: {exc.strerror or exc}", 2) from None
+    return load_yaml(text, path)
+
+
 def quote(part: str) -> str:
     """A path part (a node id, a model name, an email) safe in a URL."""
     return urllib.parse.quote(part, safe="@")

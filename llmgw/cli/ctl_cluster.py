@@ -305,17 +305,9 @@ def _print_model(detail: dict[str, Any]) -> None:
 
 
 def _read_model_file(path: str) -> dict[str, Any]:
-    from llmgw.cli.ctl_client import load_yaml
+    from llmgw.cli.ctl_client import load_yaml_file
 
-    try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-    except OSError as exc:
-        raise CtlError(f"cannot read {path}: {exc.strerror or exc}", 2) from None
-    spec = load_yaml(text, path)
+    spec = load_yaml_file(path)
     if isinstance(spec, list) and len(spec) == 1:
         spec = spec[0]
     if isinstance(spec, dict) and list(spec) == ["models"] and isinstance(spec["models"], list) \

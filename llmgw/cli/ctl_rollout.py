@@ -10,7 +10,6 @@ Each change answers with its job at once; `--wait` follows the job as
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from llmgw.cli.common import print_json, print_table
@@ -96,17 +95,9 @@ def register_eval(sub) -> None:
 
 
 def read_suite(path: str) -> dict[str, Any]:
-    from llmgw.cli.ctl_client import load_yaml
+    from llmgw.cli.ctl_client import load_yaml_file
 
-    try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-    except OSError as exc:
-        raise CtlError(f"cannot read {path}: {exc.strerror or exc}", 2) from None
-    suite = load_yaml(text, path)
+    suite = load_yaml_file(path)
     if not isinstance(suite, dict):
         raise CtlError(f"{path}: expected a quality suite (a mapping with name, threshold and cases)", 2)
     return suite
