@@ -26,6 +26,7 @@ import json
 import time
 from typing import Any
 
+from llmgw.router.anthropic import tool_input
 from llmgw.router.errors import GatewayError, dumps, error_body, loads
 
 #: The Messages API version asked for.
@@ -77,7 +78,7 @@ def to_messages(chat: dict) -> dict:
                 function = call.get("function") if isinstance(call, dict) else None
                 if isinstance(function, dict):
                     blocks.append({"type": "tool_use", "id": _tool_use_id(call.get("id")),
-                                   "name": str(function.get("name") or ""), "input": _input(function.get("arguments"))})
+                                   "name": str(function.get("name") or ""), "input": tool_input(function.get("arguments"))})
             if blocks:
                 _add(turns, "assistant", blocks)
         else:
@@ -147,16 +148,6 @@ def _blocks(content: Any) -> list[dict]:
             elif isinstance(url, str):
                 out.append({"type": "image", "source": {"type": "url", "url": url}})
     return out
-
-
-def _input(arguments: Any) -> dict:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = json.loads(arguments) if isinstance(arguments, str) and arguments.strip() else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _tool_use_id(value: Any) -> str:
