@@ -116,6 +116,9 @@ class Reconciler(AgentEvents, EngineProvisioning):
         self.link = link
         self.replicas = replicas
         self.keys = keys
+        #: slo: model name -> whether it answers slower than its slo.ttft_p99 (the gateway's
+        #: llmgw.router.slo.SloWatch.over, set by llmgw.control.wiring); a reason to add a replica
+        self.slo_pressure: Callable[[str], bool] | None = None
         self.engines = engines
         self.clock = clock
         self.wall_clock = wall_clock
@@ -534,7 +537,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
                 base = max(base, 1)
         busy = sum(1 for r in live if now - self._last_used(r, now) <= idle)
         want = max(base, busy)
-        if self._saturated(live) and len(live) < bounds.max:
+        if (self._saturated(live) or self._slo_pressed(model.name, live)) and len(live) < bounds.max:
             want = max(want, len(live) + 1)
         return min(want, bounds.max)
 
@@ -548,6 +551,12 @@ class Reconciler(AgentEvents, EngineProvisioning):
                 return now
             used = max(used, replica.last_chosen)
         return used
+
+    def _slo_pressed(self, model: str, live: list[ReplicaRecord]) -> bool:
+        """slo: the model is over its ttft_p99 while every replica it has is ready (one more at a time)."""
+        if self.slo_pressure is None or not live or any(r.state != "ready" for r in live):
+            return False
+        return self.slo_pressure(model)
 
     def _saturated(self, live: list[ReplicaRecord]) -> bool:
         """Every replica is ready and full (its concurrency used up, or the engine queueing)."""

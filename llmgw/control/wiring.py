@@ -76,6 +76,8 @@ async def _router_follows_catalog(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     stop_following = follow(app[GATEWAY], plane.catalog)
+    if getattr(plane, "reconciler", None) is not None:  # slo: a model over its ttft_p99 asks for a replica more
+        plane.reconciler.slo_pressure = app[GATEWAY].slo.over
     task = asyncio.get_running_loop().create_task(watch(plane.catalog), name="llmgw-catalog-watch")
     try:
         yield

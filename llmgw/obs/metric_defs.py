@@ -96,6 +96,9 @@ METRICS: tuple[MetricDef, ...] = tuple([
             ("model",)),
            ("llmgw_fallbacks_total", "counter", "Requests answered by a fallback model, and why.",
             ("model", "served", "reason")),
+           ("llmgw_slo_shed_total", "counter",
+            "Requests refused because their model was over its slo.ttft_p99 and their band is one it sheds "
+            "(the lowest first).", ("model", "band")),
            ("llmgw_http_errors_total", "counter",
             "Requests the gateway failed on itself (status 500), by route.", ("route",)),
            ("llmgw_model_update_available", "gauge",

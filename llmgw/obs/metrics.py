@@ -176,6 +176,8 @@ class GatewayMetrics:
                                  ["model", "served", "reason"], registry=reg)
         self.output_rate = Histogram("llmgw_output_tokens_per_second", defn("llmgw_output_tokens_per_second").help,
                                      ["model"], buckets=TOKENS_PER_SECOND_BUCKETS, registry=reg)
+        self.slo_shed = Counter("llmgw_slo_shed", defn("llmgw_slo_shed_total").help,  # slo: llmgw.router.slo
+                                ["model", "band"], registry=reg)
         self.http_errors = Counter("llmgw_http_errors", "Requests the gateway failed on itself (status 500), by route.",
                                    ["route"], registry=reg)
         self._live = _LiveCollector()

@@ -26,6 +26,7 @@ from llmgw.config.server import AdmissionConfig, Band
 from llmgw.router.choose import Chooser, Want
 from llmgw.router.errors import REFUSED, GatewayError
 from llmgw.router.replicas import Replica, ReplicaChange, ReplicaSet
+from llmgw.router.slo import SloWatch
 
 
 class NoReplica(GatewayError):
@@ -110,8 +111,9 @@ class Admission:
     """Bounded, banded queues per model in front of the replicas' room."""
 
     def __init__(self, config: AdmissionConfig, replicas: ReplicaSet, chooser: Chooser,
-                 *, clock: Callable[[], float] = time.monotonic) -> None:
+                 *, clock: Callable[[], float] = time.monotonic, slo: SloWatch | None = None) -> None:
         self.config = config
+        self.slo = slo  # slo: a model over its ttft_p99 refuses its lowest bands (llmgw.router.slo)
         self.replicas = replicas
         self.chooser = chooser
         self.clock = clock
@@ -163,6 +165,8 @@ class Admission:
         (too many wait: fallbacks may) or NoCapacity (waited as long as the band may).
         """
         band = self.band_name(band)
+        if self.slo is not None:  # slo: shed before the request can join the queue
+            self.slo.check(model, band, [b.name for b in self.bands])
         now = self.clock()
         replicas = self.replicas.replicas_for(model)
         if want.cluster_only:  # residency: the cluster's own replicas alone

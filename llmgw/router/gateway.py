@@ -23,6 +23,7 @@ from llmgw.router.errors import GatewayError
 from llmgw.router.proxy import Timeouts, Upstream
 from llmgw.router.replicas import STALE_AFTER_SCRAPES, ReplicaSet
 from llmgw.router.scrape import Scraper
+from llmgw.router.slo import SloWatch
 
 log = logs.get("llmgw.router")
 
@@ -45,7 +46,9 @@ class Gateway:
         router = config.router
         scrape_every = router.scrape_interval.total_seconds()
         self.chooser = Chooser(router.affinity, stale_after=scrape_every * STALE_AFTER_SCRAPES)
-        self.admission = Admission(config.admission, replicas, self.chooser)
+        #: slo: recent first-token times against models[].slo.ttft_p99 (llmgw.router.slo)
+        self.slo = SloWatch.of_catalog(self.catalog, on_shed=lambda m, b: metrics.slo_shed.labels(m, b).inc())
+        self.admission = Admission(config.admission, replicas, self.chooser, slo=self.slo)
         self.timeouts = Timeouts.from_config(router.timeouts)
         self.upstream = Upstream(self.timeouts)
         self.scraper: Scraper | None = None

@@ -607,6 +607,8 @@ def _account(gw: Gateway, call: Call, now: float) -> None:
         tpot = (call.last_at - call.first_at) / (call.completion_tokens - 1)
     if principal is not None:
         _record(gw, call, principal, now, ttft)
+    if call.stream and ttft is not None and call.model_served:  # slo: the served model's recent first tokens
+        gw.slo.observe(call.model_served, ttft)
     if principal is None:  # refused before a key was known
         tenant = "unknown"
     elif principal is ANONYMOUS:
