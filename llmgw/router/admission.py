@@ -162,7 +162,8 @@ class Admission:
         """Room on a replica of `model`, waiting in `band` if need be.
 
         Raises NoReplica (nothing healthy serves it: fallbacks may), QueueFull
-        (too many wait: fallbacks may) or NoCapacity (waited as long as the band may).
+        (too many wait: fallbacks may), NoCapacity (waited as long as the band may) or
+        SloExceeded (the model is over its ttft_p99 and the band is one it sheds).
         """
         band = self.band_name(band)
         if self.slo is not None:  # slo: shed before the request can join the queue
