@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 from aiohttp import web
 
 from llmgw.auth.tenancy import Tenancy
@@ -65,20 +66,7 @@ def install_scim(app: web.Application, config: ServerConfig, *, store_key: web.A
         web.get(p + "/Schemas/{id}", _answer(_schema)),
         web.get(p + "/ResourceTypes", _answer(_resource_types)),
         web.get(p + "/ResourceTypes/{id}", _answer(_resource_type)),
-        web.get(p + "/Users", _answer(_list_users, auth=True)),
-        web.post(p + "/Users", _answer(_create_user, auth=True)),
-        web.post(p + "/Users/.search", _answer(_search_users, auth=True)),
-        web.get(p + "/Users/{id}", _answer(_get_user, auth=True)),
-        web.put(p + "/Users/{id}", _answer(_put_user, auth=True)),
-        web.patch(p + "/Users/{id}", _answer(_patch_user, auth=True)),
-        web.delete(p + "/Users/{id}", _answer(_delete_user, auth=True)),
-        web.get(p + "/Groups", _answer(_list_groups, auth=True)),
-        web.post(p + "/Groups", _answer(_create_group, auth=True)),
-        web.post(p + "/Groups/.search", _answer(_search_groups, auth=True)),
-        web.get(p + "/Groups/{id}", _answer(_get_group, auth=True)),
-        web.put(p + "/Groups/{id}", _answer(_put_group, auth=True)),
-        web.patch(p + "/Groups/{id}", _answer(_patch_group, auth=True)),
-        web.delete(p + "/Groups/{id}", _answer(_delete_group, auth=True)),
+        *(route for name, kind in (("Users", USERS), ("Groups", GROUPS)) for route in _routes(p + "/" + name, kind)),
         web.post(p + "/.search", _answer(_search_all, auth=True)),
         *[web.route(method, p + path, _answer(_read_only))
           for path in ("/ServiceProviderConfig", "/Schemas", "/ResourceTypes")
@@ -300,97 +288,74 @@ async def _search_all(request: web.Request, d: Directory) -> web.Response:
     return await _listing(request, await _all_users(d) + await _all_groups(d), body)
 
 
-async def _list_users(request: web.Request, d: Directory) -> web.Response:
-    return await _listing(request, await _all_users(d), dict(request.query))
+@attrs.frozen
+class _Kind:
+    """How SCIM's Users and Groups are read and changed in the directory: one set of handlers serves both."""
+
+    every: Callable[[Directory], Awaitable[list[dict[str, Any]]]]
+    find: Callable[[Directory, str], Awaitable[Any]]
+    render: Callable[[Directory, Any], Awaitable[dict[str, Any]]]
+    create: Callable[[Directory, Any], Awaitable[Any]]
+    replace: Callable[[Directory, Any, Any], Awaitable[Any]]
+    delete: Callable[[Directory, Any], Awaitable[None]]
+    multi: str  #: the attribute PATCH may change one value of (a user's groups, a group's members)
 
 
-async def _search_users(request: web.Request, d: Directory) -> web.Response:
-    return await _listing(request, await _all_users(d), await _search_body(request))
+USERS = _Kind(every=_all_users, find=Directory.user, render=Directory.render_user, create=Directory.create_user,
+              replace=Directory.replace_user, delete=Directory.delete_user, multi="groups")
+GROUPS = _Kind(every=_all_groups, find=Directory.team, render=Directory.render_group, create=Directory.create_group,
+               replace=Directory.replace_group, delete=Directory.delete_group, multi="members")
 
 
-async def _get_user(request: web.Request, d: Directory) -> web.StreamResponse:
-    resource = await d.render_user(await d.user(request.match_info["id"]))
-    if request.headers.get("If-None-Match", "").strip() == resource["meta"]["version"]:
-        return web.Response(status=304, headers={"ETag": resource["meta"]["version"]})
-    return _one(resource, request)
+def _handlers(kind: _Kind) -> dict[str, Callable[[web.Request, Directory], Awaitable[web.StreamResponse]]]:
+    """list, search, get, create, put, patch and delete of one kind of resource."""
+
+    async def listed(request: web.Request, d: Directory) -> web.Response:
+        return await _listing(request, await kind.every(d), dict(request.query))
+
+    async def searched(request: web.Request, d: Directory) -> web.Response:
+        return await _listing(request, await kind.every(d), await _search_body(request))
+
+    async def got(request: web.Request, d: Directory) -> web.StreamResponse:
+        resource = await kind.render(d, await kind.find(d, request.match_info["id"]))
+        if request.headers.get("If-None-Match", "").strip() == resource["meta"]["version"]:
+            return web.Response(status=304, headers={"ETag": resource["meta"]["version"]})
+        return _one(resource, request)
+
+    async def created(request: web.Request, d: Directory) -> web.Response:
+        return _one(await kind.render(d, await kind.create(d, await _body(request))), request, 201)
+
+    async def put(request: web.Request, d: Directory) -> web.Response:
+        found = await kind.find(d, request.match_info["id"])
+        _check_if_match(request, await kind.render(d, found))
+        return _one(await kind.render(d, await kind.replace(d, found, await _body(request))), request)
+
+    async def patched(request: web.Request, d: Directory) -> web.Response:
+        found = await kind.find(d, request.match_info["id"])
+        current = await kind.render(d, found)
+        _check_if_match(request, current)
+        body = await _body(request)
+        _patch_schema(body)
+        changed = apply_patch(current, body.get("Operations"), {kind.multi})
+        return _one(await kind.render(d, await kind.replace(d, found, changed)), request)
+
+    async def deleted(request: web.Request, d: Directory) -> web.Response:
+        found = await kind.find(d, request.match_info["id"])
+        _check_if_match(request, await kind.render(d, found))
+        await kind.delete(d, found)
+        return web.Response(status=204)
+
+    return {"list": listed, "search": searched, "get": got, "create": created, "put": put, "patch": patched,
+            "delete": deleted}
 
 
-async def _create_user(request: web.Request, d: Directory) -> web.Response:
-    user = await d.create_user(await _body(request))
-    return _one(await d.render_user(user), request, 201)
-
-
-async def _put_user(request: web.Request, d: Directory) -> web.Response:
-    user = await d.user(request.match_info["id"])
-    _check_if_match(request, await d.render_user(user))
-    user = await d.replace_user(user, await _body(request))
-    return _one(await d.render_user(user), request)
-
-
-async def _patch_user(request: web.Request, d: Directory) -> web.Response:
-    user = await d.user(request.match_info["id"])
-    current = await d.render_user(user)
-    _check_if_match(request, current)
-    body = await _body(request)
-    _patch_schema(body)
-    patched = apply_patch(current, body.get("Operations"), {"groups"})
-    user = await d.replace_user(user, patched)
-    return _one(await d.render_user(user), request)
-
-
-async def _delete_user(request: web.Request, d: Directory) -> web.Response:
-    user = await d.user(request.match_info["id"])
-    _check_if_match(request, await d.render_user(user))
-    await d.delete_user(user)
-    return web.Response(status=204)
-
-
-# ---- Groups ---------------------------------------------------------------------------------
-
-
-async def _list_groups(request: web.Request, d: Directory) -> web.Response:
-    return await _listing(request, await _all_groups(d), dict(request.query))
-
-
-async def _search_groups(request: web.Request, d: Directory) -> web.Response:
-    return await _listing(request, await _all_groups(d), await _search_body(request))
-
-
-async def _get_group(request: web.Request, d: Directory) -> web.StreamResponse:
-    resource = await d.render_group(await d.team(request.match_info["id"]))
-    if request.headers.get("If-None-Match", "").strip() == resource["meta"]["version"]:
-        return web.Response(status=304, headers={"ETag": resource["meta"]["version"]})
-    return _one(resource, request)
-
-
-async def _create_group(request: web.Request, d: Directory) -> web.Response:
-    team = await d.create_group(await _body(request))
-    return _one(await d.render_group(team), request, 201)
-
-
-async def _put_group(request: web.Request, d: Directory) -> web.Response:
-    team = await d.team(request.match_info["id"])
-    _check_if_match(request, await d.render_group(team))
-    team = await d.replace_group(team, await _body(request))
-    return _one(await d.render_group(team), request)
-
-
-async def _patch_group(request: web.Request, d: Directory) -> web.Response:
-    team = await d.team(request.match_info["id"])
-    current = await d.render_group(team)
-    _check_if_match(request, current)
-    body = await _body(request)
-    _patch_schema(body)
-    patched = apply_patch(current, body.get("Operations"), {"members"})
-    team = await d.replace_group(team, patched)
-    return _one(await d.render_group(team), request)
-
-
-async def _delete_group(request: web.Request, d: Directory) -> web.Response:
-    team = await d.team(request.match_info["id"])
-    _check_if_match(request, await d.render_group(team))
-    await d.delete_group(team)
-    return web.Response(status=204)
+def _routes(path: str, kind: _Kind) -> list[web.RouteDef]:
+    h = _handlers(kind)
+    return [web.get(path, _answer(h["list"], auth=True)), web.post(path, _answer(h["create"], auth=True)),
+            web.post(path + "/.search", _answer(h["search"], auth=True)),
+            web.get(path + "/{id}", _answer(h["get"], auth=True)), web.put(path + "/{id}", _answer(h["put"], auth=True)),
+            web.patch(path + "/{id}", _answer(h["patch"], auth=True)),
+            web.delete(path + "/{id}", _answer(h["delete"], auth=True))]
 
 
 def _patch_schema(body: Any) -> None:
