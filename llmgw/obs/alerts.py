@@ -419,11 +419,13 @@ STORE = AlertGroup("llmgw-store", "The store: its queries, and its standbys when
               "`patronictl -c /etc/patroni/config.yml list` on a member says which."),
     ),
     Alert(
-        "StoreStandbyNotStreaming", 'llmgw_store_member{role!="leader", state!="streaming"} == 1',
+        "StoreStandbyNotStreaming",
+        'llmgw_store_member{role!="leader", state!~"streaming|unknown|in_recovery"} == 1',
         "warning", "5m",
         "Store member {{ $labels.member }} is {{ $labels.state }}, not streaming from the primary",
         _join("A standby that does not stream is no standby: if the primary is lost now, there is nothing to",
-              "promote. Its PostgreSQL log says why it fell behind or stopped."),
+              "promote. Its PostgreSQL log says why it fell behind or stopped. (A state unknown means the",
+              "store's role may not read it: grant it pg_monitor, and this alert watches that standby too.)"),
     ),
     Alert(
         "StoreStandbyBehind", "llmgw_store_replica_lag_bytes > 64 * 1024 * 1024", "warning", "10m",

@@ -8,7 +8,8 @@ a PostgreSQL store and, read at most every few seconds before a scrape, its repl
 `pg_is_in_recovery()` says whether the server llmgw writes to is a primary, and the primary's
 `pg_stat_replication` lists its standbys with their state and how far their replay is behind. A standby
 whose lag the store's role may not read (pg_stat_replication shows it only to superusers and
-pg_monitor) has the lag -1.
+pg_monitor) has the lag -1 and its host and state "unknown". A store opened on a standby (in recovery) is one
+member, itself, a replica in_recovery.
 """
 
 from __future__ import annotations
@@ -144,7 +145,9 @@ async def _replication(tx: Any) -> tuple[list[tuple[str, str, str, str]], list[t
         " pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn) AS lag FROM pg_stat_replication"
         " ORDER BY application_name")
     for r in rows:
-        name = r["application_name"] or r["host"]
-        members.append((name, r["host"], "replica", r["state"]))
+        hidden = r["state"] == "unknown"  # a role without pg_monitor sees the standby, not its address or state
+        host = "unknown" if hidden else r["host"]
+        name = r["application_name"] or host
+        members.append((name, host, "replica", r["state"]))
         lags.append((name, float(r["lag"]) if r["lag"] is not None else -1.0))
     return members, lags

@@ -24,7 +24,7 @@ from typing import Any
 import asyncpg
 
 from .errors import Conflict, Invalid, StoreError, StoreUnavailable, WritesRefused
-from .migrate import SCHEMA_MIGRATIONS_DDL, Migration, run_migrations
+from .migrate import SCHEMA_MIGRATIONS_DDL, Migration, load_migrations, pending, run_migrations
 from .sql_catalog import SQLCatalog
 from .sql_client_data import SQLClientData
 from .sql_keys import SQLKeys
@@ -177,11 +177,26 @@ class PostgresStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponse
 
     async def _migrate(self) -> int:
         async with self._pool.acquire() as conn:
+            if await conn.fetchval("SELECT pg_is_in_recovery()"):
+                return await self._standby_schema(conn)
             await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
             try:
                 return await run_migrations(_PGMigrations(conn), "postgres")
             finally:
                 await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+
+    async def _standby_schema(self, conn: asyncpg.Connection) -> int:
+        """A standby in recovery (read-only) cannot migrate: its schema, replayed from the primary, must be current."""
+        available = load_migrations("postgres")
+        known = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+        rows = await conn.fetch("SELECT version, name FROM schema_migrations") if known else []
+        todo = pending({int(r["version"]): r["name"] for r in rows}, available)
+        if todo:
+            raise StoreUnavailable(
+                f"postgres: {self._dsn_shown} is a standby in recovery (read-only) and its schema lacks "
+                f"{len(todo)} migration(s) up to {available[-1].version:04d}: open the store on the primary "
+                "once to migrate it, or point store.dsn at the primary")
+        return available[-1].version
 
     @property
     def dialect(self) -> str:
