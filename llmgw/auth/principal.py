@@ -34,6 +34,9 @@ class Principal:
     #: the scope ("org", "project" or "key") whose residency rule keeps this key's requests on the
     #: cluster's own engines; "" when none does
     in_cluster: str = ""
+    #: routing profiles: the routing profile set on the key, its project or its organization (the narrowest
+    #: set); None: routed as always (llmgw.router.routing_profiles)
+    routing: str | None = None
 
     def may_use(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models

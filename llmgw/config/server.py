@@ -280,6 +280,27 @@ class ClientLimits:
 
 
 @attrs.frozen
+class RoutingProfile:
+    """A routing profile keys are given (llmgw keys routing): which replicas serve them, and which first."""
+
+    name: str = setting(
+        doc="The name keys are given: lower-case letters, digits, '-' and '_'; not a built-in one "
+            "(default, latency-first, cost-first, pinned:POOL)."
+    )
+    prefer: Literal["default", "latency", "cost"] = setting(
+        "default",
+        doc="Among the replicas it allows: default (affinity, then the least busy), latency (the least busy, "
+            "a warm prefix cache breaking ties) or cost (the cluster's own engines, then server.yaml's "
+            "endpoints, then federation peers, the least busy within each).",
+    )
+    labels: dict[str, str] = setting(
+        factory=dict,
+        doc="Node labels a replica's node must all have, like {pool: eu}; set, only the cluster's own "
+            "replicas on such nodes serve its keys. Empty allows every replica.",
+    )
+
+
+@attrs.frozen
 class RouterConfig:
     """The client API: how requests reach a replica and come back."""
 
@@ -304,6 +325,11 @@ class RouterConfig:
     cache: CacheConfig = section(CacheConfig, doc="The answer cache's memory.")
     batch: BatchConfig = section(BatchConfig, doc="The Files and Batch APIs.")
     clients: ClientLimits = section(ClientLimits, doc="Limits on what one client may take.")
+    profiles: list[RoutingProfile] = setting(  # routing profiles (llmgw.router.routing_profiles)
+        factory=list,
+        doc="Routing profiles of this cluster's own, beside the built-in default, latency-first, cost-first "
+            "and pinned:POOL; keys, projects and organizations are given one with llmgw keys routing.",
+    )
     tag_labels: list[str] = setting(
         factory=list,
         doc="Request tags (x-llmgw-tags: name=value,...) whose values become labels of the same name on "

@@ -165,6 +165,9 @@ def check_server(config: ServerConfig) -> list[Problem]:
     problems += _store(config)
     problems += _auth(config)
     problems += _router(config)
+    from llmgw.router.routing_profiles import problems as routing_problems  # routing profiles: with their reader
+
+    problems += routing_problems(config.router.profiles)
     problems += _admission(config.admission)
     problems += _accounting(config)
     problems += _control(config)

@@ -315,6 +315,7 @@ class AgentEvents(_Base):
             id=rec.id, model=cm.name, base_url=base,
             api_key=Secret(self.keys.key_for(rec.id), origin="derived"),
             max_concurrency=max(1, cm.config.concurrency), metrics_url=metrics_url_for(base), source="control",
+            labels=dict(node.labels),  # routing profiles: pinned:POOL and router.profiles[].labels read them
         ))
 
     def _gone(self, rec: ReplicaRecord, state: str, message: str, log_tail: tuple[str, ...] = ()) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import attrs
 
 from llmgw.config.server import AdmissionConfig, Band
-from llmgw.router.choose import Chooser, Want
+from llmgw.router.choose import Chooser, Want, admits
 from llmgw.router.errors import REFUSED, GatewayError
 from llmgw.router.replicas import Replica, ReplicaChange, ReplicaSet
 from llmgw.router.slo import SloWatch
@@ -39,6 +39,18 @@ class NoReplica(GatewayError):
         else:
             message = f"no replica is serving {model!r} at the moment"
         super().__init__(503, "model_unavailable", message, outcome=REFUSED, retry_after=retry_after)
+
+
+class NotInProfile(NoReplica):
+    """routing profiles: no replica of the model runs where the key's profile allows; fallbacks may serve it."""
+
+    def __init__(self, model: str, profile: str, labels: dict[str, str]) -> None:
+        where = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        GatewayError.__init__(
+            self, 503, "no_replica_in_profile",
+            f"no replica of {model!r} runs on nodes labelled {where}, the only ones this key's routing profile "
+            f"{profile!r} allows; try again when one has started, or ask for another model",
+            outcome=REFUSED, retry_after=5)
 
 
 class QueueFull(GatewayError):
@@ -172,6 +184,10 @@ class Admission:
         replicas = self.replicas.replicas_for(model)
         if want.cluster_only:  # residency: the cluster's own replicas alone
             replicas = [r for r in replicas if r.source == "control"]
+        if want.routing is not None and want.routing.labels:  # routing profiles: its nodes' replicas alone
+            replicas = [r for r in replicas if admits(want.routing, r)]
+            if not replicas:
+                raise NotInProfile(model, want.routing.name, want.routing.labels)
         if not any(r.usable(now) for r in replicas):
             soonest = min((r.health.ejected_until - now for r in replicas), default=None)
             raise NoReplica(model, len(replicas), retry_after=soonest)

@@ -13,6 +13,12 @@ Among the replicas that are healthy and have room, in this order:
    engine's own waiting queue as last scraped; ties go to the replica
    chosen least recently, which spreads an idle model's requests.
 
+A key given a routing profile (llmgw.router.routing_profiles) is chosen
+for otherwise: its profile's node labels leave out the replicas elsewhere,
+and `latency` takes the least busy (a cached prefix breaking ties, no
+session affinity), `cost` the cluster's own engines first, then
+server.yaml's endpoints, then the rest, the least busy within each.
+
 `Chooser.set_policy("round_robin" | "random")` replaces all three with a
 baseline blind to affinity and load. No setting reaches it: it exists so
 `llmgw bench routing` can compare the router with what simpler ones do.
@@ -28,8 +34,15 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from llmgw.config.server import AffinityConfig
+from llmgw.config.server import AffinityConfig, RoutingProfile
 from llmgw.router.replicas import Replica
+
+
+def admits(profile: RoutingProfile, replica: Replica) -> bool:
+    """routing profiles: with labels, only a cluster replica on a node having them all serves the profile."""
+    if not profile.labels:
+        return True
+    return replica.source == "control" and all(replica.labels.get(k) == v for k, v in profile.labels.items())
 
 #: Characters of prompt text per prefix block (roughly 64 tokens).
 BLOCK_CHARS = 256
@@ -42,6 +55,8 @@ MAX_SESSIONS = 100_000
 MAX_PREFIXES = 200_000
 #: How the choice is made: the router's own, or a baseline for benchmarks (see set_policy).
 POLICIES = ("affinity", "round_robin", "random")
+#: routing profiles' cost-first: the cluster's own engines, then server.yaml's endpoints, then the rest (peers).
+COST_RANK = {"control": 0, "static": 1}
 
 
 @attrs.frozen
@@ -53,6 +68,8 @@ class Want:
     exclude: frozenset[str] = frozenset()
     #: residency: only replicas the cluster's own scheduler runs (llmgw.router.residency)
     cluster_only: bool = False
+    #: routing profiles: the key's (llmgw.router.routing_profiles); None: chosen as always
+    routing: RoutingProfile | None = None
 
 
 def prompt_text(body: dict) -> str:
@@ -142,7 +159,7 @@ class Chooser:
         self._sessions = _Lru(MAX_SESSIONS, affinity.session_ttl.total_seconds())
         self._prefixes = _Lru(MAX_PREFIXES, None)
         #: why the last choice was made (session, prefix, least): for metrics and tests
-        self.reasons: dict[str, int] = {"session": 0, "prefix": 0, "least": 0}
+        self.reasons: dict[str, int] = {"session": 0, "prefix": 0, "least": 0, "latency": 0, "cost": 0}
         self.policy = "affinity"
         self._turns: dict[str, int] = {}
         self._rng = random.Random()
@@ -161,6 +178,8 @@ class Chooser:
             candidates = [r for r in candidates if r.id not in want.exclude]
         if want.cluster_only:
             candidates = [r for r in candidates if r.source == "control"]
+        if want.routing is not None and want.routing.labels:  # routing profiles: only its nodes' replicas
+            candidates = [r for r in candidates if admits(want.routing, r)]
         if not candidates:
             return None
         now = self.clock()
@@ -177,6 +196,9 @@ class Chooser:
     def _pick(self, model: str, candidates: Sequence[Replica], want: Want, now: float) -> tuple[Replica, str]:
         if self.policy != "affinity":
             return self._baseline(model, candidates), self.policy
+        prefer = want.routing.prefer if want.routing is not None else "default"
+        if prefer != "default":  # routing profiles: latency-first, cost-first and the like
+            return self._by_profile(candidates, want, prefer, now)
         by_id = {r.id: r for r in candidates}
         if want.session and self.affinity.session:
             rid = self._sessions.get((model, want.session), now)
@@ -194,6 +216,23 @@ class Chooser:
                 break  # its replica is gone or too busy: shorter runs went to the same one
         best = min(candidates, key=lambda r: (loads[r.id], r.last_chosen))
         return best, "least"
+
+    def _by_profile(self, candidates: Sequence[Replica], want: Want, prefer: str, now: float) -> tuple[Replica, str]:
+        """routing profiles: the least busy (a cached prefix breaking ties), cheaper sources first for cost."""
+        loads = {r.id: r.outstanding(now, self.stale_after) for r in candidates}
+        warm: set[str] = set()
+        if want.prefix and self.affinity.prefix:
+            for digest in reversed(want.prefix):  # the longest cached run's replica
+                rid = self._prefixes.get(digest, now)
+                if rid is not None:
+                    warm.add(rid)
+                    break
+
+        def key(r: Replica) -> tuple:
+            rank = COST_RANK.get(r.source, len(COST_RANK)) if prefer == "cost" else 0
+            return (rank, loads[r.id], r.id not in warm, r.last_chosen)
+
+        return min(candidates, key=key), prefer
 
     def _baseline(self, model: str, candidates: Sequence[Replica]) -> Replica:
         """Round robin over the candidates in id order, or one at random: no affinity, no load."""

@@ -23,6 +23,7 @@ from llmgw.router.errors import GatewayError
 from llmgw.router.proxy import Timeouts, Upstream
 from llmgw.router.replicas import STALE_AFTER_SCRAPES, ReplicaSet
 from llmgw.router.scrape import Scraper
+from llmgw.router.routing_profiles import RoutingProfiles
 from llmgw.router.slo import SloWatch
 
 log = logs.get("llmgw.router")
@@ -49,6 +50,8 @@ class Gateway:
         #: slo: recent first-token times against models[].slo.ttft_p99 (llmgw.router.slo)
         self.slo = SloWatch.of_catalog(self.catalog, on_shed=lambda m, b: metrics.slo_shed.labels(m, b).inc())
         self.admission = Admission(config.admission, replicas, self.chooser, slo=self.slo)
+        #: routing profiles: the built-in ones and router.profiles, by name (llmgw.router.routing_profiles)
+        self.routing = RoutingProfiles(router.profiles)
         self.timeouts = Timeouts.from_config(router.timeouts)
         self.upstream = Upstream(self.timeouts)
         self.scraper: Scraper | None = None

@@ -293,9 +293,10 @@ async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, bo
     if canary is not None:
         chain = [canary, *chain]
     first: GatewayError | None = None
+    routing = gw.routing.get(principal.routing)  # routing profiles: the key's (refused when unknown here)
     for candidate in chain:
         want = Want(session=session[:256] if session else None, prefix=prefix_hashes(candidate, text),
-                    cluster_only=bool(stay))
+                    cluster_only=bool(stay), routing=routing)
         try:
             grant = await gw.admission.acquire(candidate, call.band, want)
         except NoReplica as exc:
@@ -415,7 +416,8 @@ async def _forward(gw: Gateway, call: Call, request: web.Request, body_bytes: by
             if pause:
                 await asyncio.sleep(pause)
             again = gw.admission.try_now(call.model_served, Want(exclude=frozenset(tried), cluster_only=bool(
-                residency.in_cluster_reason(gw, call.principal, call.guard))), grant.band)
+                residency.in_cluster_reason(gw, call.principal, call.guard)),
+                routing=gw.routing.get(call.principal.routing)), grant.band)  # routing profiles: kept on a retry
             if again is None:
                 again = _fallback_grant(gw, call, fallbacks, grant.band)
             if again is None:
@@ -460,7 +462,7 @@ def _fallback_grant(gw: Gateway, call: Call, fallbacks: list[str], band: str) ->
     """Room at once on the next of `fallbacks` that has a healthy replica; it is taken off the list."""
     while fallbacks:
         candidate = fallbacks.pop(0)
-        grant = gw.admission.try_now(candidate, Want(), band)
+        grant = gw.admission.try_now(candidate, Want(routing=gw.routing.get(call.principal.routing)), band)
         if grant is None:
             continue
         gw.metrics.fallbacks.labels(call.model, candidate, "upstream_failed").inc()

@@ -77,6 +77,8 @@ class Replica:
     api_key: Secret | None = attrs.field(default=None, repr=False)
     api: str = "openai"
     max_concurrency: int = DEFAULT_CONCURRENCY
+    #: routing profiles: its node's labels (the cluster's own replicas; pinned:POOL reads `pool`)
+    labels: dict[str, str] = attrs.Factory(dict)
     #: where its /metrics are read; None: not scraped
     metrics_url: str | None = None
     source: str = "static"  # who added it: static (server.yaml) or control (the scheduler)
