@@ -49,6 +49,8 @@ __all__ = [
     "GuardMode",
     "TracingConfig",
     "BudgetsConfig",
+    "FederationPeer",
+    "FederationConfig",
 ]
 
 ModelClass = Literal["critical", "standard", "opportunistic"]
@@ -736,6 +738,30 @@ class BudgetsConfig:
 
 
 @attrs.frozen
+class FederationPeer:
+    """Another llmgw cluster whose models this one lists as PEER/MODEL and forwards to (federation)."""
+
+    name: str = setting(doc="The peer's name, the PEER of PEER/MODEL: letters, digits, . _ -, no slash.")
+    url: str = setting(doc="The peer gateway's client API, like https://llm.other-site.example:8080.")
+    api_key: Secret = setting(
+        doc="A key the peer issued to this cluster; env:NAME or file:/path keeps it out of this file."
+    )
+
+
+@attrs.frozen
+class FederationConfig:
+    """Other llmgw clusters as providers: their models listed here, requests forwarded with their keys."""
+
+    cluster_id: str = setting(
+        "", doc="This cluster's name in the x-llmgw-hop header it sends peers; empty is the machine's host name."
+    )
+    sync_interval: Duration = setting(
+        Duration(seconds=30), doc="How often each peer's /v1/models is read again; a failed read marks it down."
+    )
+    peers: list[FederationPeer] = setting(factory=list, doc="The clusters this one forwards to.")
+
+
+@attrs.frozen
 class ServerConfig:
     """server.yaml: one control plane's listeners, certificates and store, and the cluster's settings."""
 
@@ -785,6 +811,9 @@ class ServerConfig:
     prices: PricesConfig = section(PricesConfig, doc="What usage costs, for budgets and reports.")
     budgets: BudgetsConfig = section(BudgetsConfig, doc="When a budget running low or out is told.")
     tracing: TracingConfig = section(TracingConfig, doc="Traces of client requests, sent to an OpenTelemetry collector.")
+    federation: FederationConfig = section(
+        FederationConfig, doc="Other llmgw clusters whose models this one serves as PEER/MODEL."
+    )
     models: list[ModelConfig] = setting(factory=list, doc="The models this file declares.")
 
     def model(self, name: str) -> ModelConfig | None:

@@ -185,9 +185,12 @@ def check_server(config: ServerConfig) -> list[Problem]:
     problems += [Problem(where, text) for where, text in email_sink_problems(config)]
     problems += _tracing(config)
     problems += _budgets(config)
+    from llmgw.router.federation import problems as federation_problems  # federation: its rules with its reader
+
+    problems += [Problem(where, text) for where, text in federation_problems(config)]
     if not config.prices.currency.strip():
         problems.append(Problem(("prices", "currency"), "empty; give a currency like USD or EUR"))
-    problems += _models(config.models)
+    problems += _models(config.models, frozenset(p.name for p in config.federation.peers))
     return problems
 
 
@@ -508,7 +511,7 @@ def _budgets(config: ServerConfig) -> list[Problem]:
     return problems
 
 
-def _models(models: list[ModelConfig]) -> list[Problem]:
+def _models(models: list[ModelConfig], peers: frozenset[str] = frozenset()) -> list[Problem]:
     problems = []
     owners: dict[str, str] = {}  # every name and alias -> who has it
     for index, model in enumerate(models):
@@ -526,11 +529,11 @@ def _models(models: list[ModelConfig]) -> list[Problem]:
             else:
                 owners[name] = f"models[{index}] ({model.name})"
     for index, model in enumerate(models):
-        problems += _model(index, model, owners)
+        problems += _model(index, model, owners, peers)
     return problems
 
 
-def _model(index: int, model: ModelConfig, names: dict[str, str]) -> list[Problem]:
+def _model(index: int, model: ModelConfig, names: dict[str, str], peers: frozenset[str] = frozenset()) -> list[Problem]:
     path = ("models", index)
     problems = []
     if not model.profiles and not model.endpoints:
@@ -550,7 +553,7 @@ def _model(index: int, model: ModelConfig, names: dict[str, str]) -> list[Proble
     for f_index, fallback in enumerate(model.fallbacks):
         if fallback == model.name or fallback in model.aliases:
             problems.append(Problem((*path, "fallbacks", f_index), "names the model itself"))
-        elif fallback not in names:
+        elif fallback not in names and fallback.split("/", 1)[0] not in peers:  # federation: PEER/MODEL
             problems.append(
                 Problem((*path, "fallbacks", f_index), _not_one_of(fallback, sorted(names), "model"))
             )

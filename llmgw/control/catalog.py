@@ -259,6 +259,8 @@ class Catalog:
         self._loading = asyncio.Lock()
         #: canaries and revisions to roll back to (llmgw.control.rollout_state), read with the models
         self.rollouts = Rollouts()
+        #: federation: the peers of server.yaml, whose PEER/MODEL names a model may have as fallbacks
+        self.federation_peers: frozenset[str] = frozenset()
         self._rebuild([])
 
     # -- reading ------------------------------------------------------------
@@ -377,7 +379,7 @@ class Catalog:
         for index, fallback in enumerate(model.fallbacks):
             if fallback == model.name or fallback in model.aliases:
                 problems.append(f"fallbacks[{index}]: names the model itself")
-            elif fallback not in self._names:
+            elif fallback not in self._names and fallback.split("/", 1)[0] not in self.federation_peers:
                 known = ", ".join(n for n in sorted(self._names) if n != model.name) or "none"
                 problems.append(f"fallbacks[{index}]: no model called {fallback!r} is in the catalog; "
                                 f"there are: {known}")

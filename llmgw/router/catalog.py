@@ -62,8 +62,8 @@ class Catalog:
         name = self._names.get(asked)
         if name is not None:
             return name
-        if self.declared_only:
-            return None
+        if self.declared_only:  # federation: a peer's PEER/MODEL replicas are served by their own name
+            return asked if any(r.source == "federation" for r in self.replicas.replicas_for(asked)) else None
         return asked if asked not in self.judges and self.replicas.replicas_for(asked) else None
 
     def get(self, name: str) -> CatalogModel:
@@ -75,7 +75,9 @@ class Catalog:
     def names(self) -> list[str]:
         """Every model clients may ask for by its own name, declared or served."""
         out = dict.fromkeys(self._models)
-        for name in () if self.declared_only else self.replicas.models():
+        for name in self.replicas.models():
+            if self.declared_only and self.resolve(name) != name:  # federation: peers' models still listed
+                continue
             if name not in self.judges:
                 out.setdefault(name)
         return sorted(out)

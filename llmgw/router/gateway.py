@@ -20,6 +20,7 @@ from llmgw.router.canary import CanarySplit
 from llmgw.router.catalog import Catalog
 from llmgw.router.choose import Chooser
 from llmgw.router.errors import GatewayError
+from llmgw.router.federation import Federation
 from llmgw.router.proxy import Timeouts, Upstream
 from llmgw.router.replicas import STALE_AFTER_SCRAPES, ReplicaSet
 from llmgw.router.scrape import Scraper
@@ -55,6 +56,8 @@ class Gateway:
         self.timeouts = Timeouts.from_config(router.timeouts)
         self.upstream = Upstream(self.timeouts)
         self.scraper: Scraper | None = None
+        #: federation: other llmgw clusters' models as PEER/MODEL replicas (llmgw.router.federation)
+        self.federation = Federation(config.federation, replicas)
         self.keys_required = config.auth.keys_required
         #: the control plane's slot (llmgw.control.service.ControlPlaneSlot), set by llmgw.control.wiring;
         #: None on a gateway without one: models then only come from server.yaml's endpoints
@@ -74,12 +77,14 @@ class Gateway:
         self.scraper = Scraper(self.replicas, session, self.config.router.scrape_interval.total_seconds(),
                                after_round=self.admission.pump_all)
         self.scraper.start()
+        self.federation.start(session)  # federation: each peer's models read now and every sync_interval
         logs.event(log, "gateway ready", models=len(self.catalog.names()), replicas=len(self.replicas),
                    keys_required=self.keys_required)
 
     async def close(self) -> None:
         if self.scraper is not None:
             await self.scraper.stop()
+        await self.federation.stop()  # federation
         await self.upstream.close()
 
     # -- who is asking ------------------------------------------------------

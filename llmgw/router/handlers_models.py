@@ -36,7 +36,7 @@ def _created() -> int:
 
 def openai_model(gw, name: str) -> dict:
     model = gw.catalog.get(name)
-    return {"id": name, "object": "model", "created": _created(), "owned_by": "llmgw",
+    return {"id": name, "object": "model", "created": _created(), "owned_by": gw.federation.owner(name),
             "aliases": list(model.aliases), "ready": gw.admission.healthy(name)}
 
 

@@ -52,7 +52,7 @@ async def list_models(request: web.Request) -> web.Response:
     data = []
     for name in gw.allowed_models(principal):
         model = gw.catalog.get(name)
-        data.append({"id": name, "object": "model", "created": _STARTED, "owned_by": "llmgw",
+        data.append({"id": name, "object": "model", "created": _STARTED, "owned_by": gw.federation.owner(name),
                      "aliases": list(model.aliases), "ready": gw.admission.healthy(name)})
     return _json({"object": "list", "data": data})
 

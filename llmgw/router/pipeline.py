@@ -145,6 +145,8 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
                                f"no model called {call.model_asked!r} is served here; your key may use: {names}",
                                param="model")
         call.model = model
+        # federation: a loop or a peer's request for another peer's model refused; a down peer's reason
+        gw.federation.check(request, model, gw.catalog.fallbacks(model))
         if not (principal.may_use(model) or principal.may_use(call.model_asked)):
             raise GatewayError(403, "model_not_allowed", f"this key may not use {call.model_asked!r}", param="model")
         # client data: a thread's stored conversation in front of the new turn, before the limits count it

@@ -114,6 +114,7 @@ class Upstream:
         headers = {"Content-Type": content_type, "X-Request-Id": request_id}
         if trace:
             headers.update(trace)
+        headers.update(replica.extra_headers)  # federation: x-llmgw-hop to a peer cluster
         if anthropic:
             headers.update(anthropic_upstream.request_headers(replica.api_key))
         elif replica.api_key is not None:

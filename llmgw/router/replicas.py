@@ -82,6 +82,8 @@ class Replica:
     #: where its /metrics are read; None: not scraped
     metrics_url: str | None = None
     source: str = "static"  # who added it: static (server.yaml) or control (the scheduler)
+    #: headers sent with every request to it (federation: x-llmgw-hop, llmgw.router.federation)
+    extra_headers: dict[str, str] = attrs.Factory(dict)
     # -- live state, kept by the router
     in_flight: int = 0
     health: Health = attrs.Factory(Health)
