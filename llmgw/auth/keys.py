@@ -123,6 +123,7 @@ def principal_of(resolved: ResolvedKey, aliases: Mapping[str, str] | None = None
         limits=tuple(resolved.limits),
         expires_at=min(ends) if ends else None,
         in_cluster=resolved.in_cluster,
+        routing=resolved.routing,  # routing profiles: the narrowest set over the key
     )
 
 

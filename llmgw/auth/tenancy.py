@@ -128,6 +128,7 @@ class Tenancy:
         max_key_ttl: dt.timedelta | None = None,
         bands: Sequence[str] | None = None,
         models: Mapping[str, str] | None = None,
+        routing_profiles: Any = None,
         on_change: Callable[[str | None], None] | None = None,
         hasher: KeyHasher | None = None,
         clock: Callable[[], dt.datetime] | None = None,
@@ -138,6 +139,8 @@ class Tenancy:
         self.actor = actor.strip()
         self.max_key_ttl = max_key_ttl if max_key_ttl and max_key_ttl > dt.timedelta(0) else None
         self.bands = tuple(bands) if bands else None
+        #: routing profiles: a llmgw.router.routing_profiles.RoutingProfiles names are checked against; None: any
+        self.routing_profiles = routing_profiles
         self.models = dict(models) if models else None
         self._on_change = on_change
         self.hasher = hasher or KeyHasher()
@@ -498,6 +501,28 @@ class Tenancy:
             org_id=project.org_id if project else None, team_id=project.team_id if project else None,
             project_id=key.project_id, key_id=key.id)
         return next((r.scope_kind for r in rules if r.in_cluster), "")
+
+    async def set_routing(self, ref: str, profile: str | None) -> Scope:
+        """routing profiles: route a scope's keys by `profile` (checked against ``routing_profiles`` when
+        given), or by nothing of its own (None: the one set above it, else the default)."""
+        scope = await self.residency_scope(ref)
+        if profile is not None and self.routing_profiles is not None:
+            try:
+                profile = self.routing_profiles.check_name(profile)
+            except ValueError as exc:
+                raise Invalid(str(exc)) from None
+        await self.store.set_scope_rule(scope.kind, scope.id, actor=self.actor, routing=profile)
+        await self._audit("keys.routing", f"{scope.kind}:{scope.id}", {"label": scope.label, "routing": profile})
+        self._changed()
+        return scope
+
+    async def routing_of(self, key: ApiKey) -> tuple[str | None, str]:
+        """routing profiles: the profile a key is routed by and the scope that sets it; (None, "") when none."""
+        project = await self.store.get_project(key.project_id) if key.project_id else None
+        rules = await self.store.scope_rules_chain(
+            org_id=project.org_id if project else None, team_id=project.team_id if project else None,
+            project_id=key.project_id, key_id=key.id)
+        return next(((r.routing, r.scope_kind) for r in reversed(rules) if r.routing), (None, ""))
 
     def _check_band(self, band: str | None) -> None:
         if band is not None and self.bands is not None and band not in self.bands:

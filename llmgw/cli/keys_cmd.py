@@ -106,7 +106,7 @@ def _usage(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:
         parser.print_usage(sys.stderr)
         print("llmgw keys: name a subcommand: create, list, show, revoke, rotate, limits, threads, memory, cache,"
-              " residency or lifetime",
+              " residency, routing or lifetime",
               file=sys.stderr)
         return 2
 
@@ -197,8 +197,10 @@ async def _show(args, tenancy) -> int:
     project = await tenancy.path_of("project", key.project_id) if key.project_id else None
     user = await tenancy.path_of("user", key.user_id) if key.user_id else None
     labels = [await tenancy.path_of(lim.scope_kind, lim.scope_id) for lim in chain]
+    routing, routing_set_by = await tenancy.routing_of(key)  # routing profiles: the narrowest set over it
     if args.json:
         print_json({**key_json(key, now), "project": project, "user": user,
+                    "routing": routing or "default", "routing_set_by": routing_set_by or None,
                     "limits": [{**to_json(lim), "label": label} for lim, label in zip(chain, labels)]})
         return 0
     rows = _row(key, now)
@@ -210,6 +212,7 @@ async def _show(args, tenancy) -> int:
     print(f"expires: {when(key.expires_at) + ' UTC' if key.expires_at else 'never'}")
     print(f"last used: {when(key.last_used_at) + ' UTC' if key.last_used_at else 'never'}")
     print(f"band: {key.priority_band or '(default)'}")
+    print(f"routing: {routing + ' (set on its ' + routing_set_by + ')' if routing else '(default)'}")
     print(f"models: {', '.join(key.allowed_models) if key.allowed_models else '(any the limits allow)'}")
     print("limits, widest first:" if chain else "limits: (none on its chain)")
     for lim, label in zip(chain, labels):

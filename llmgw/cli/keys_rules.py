@@ -1,4 +1,4 @@
-"""`llmgw keys residency` and `llmgw keys lifetime`: what an organization, team, project or key says about
+"""`llmgw keys residency`, `llmgw keys routing` and `llmgw keys lifetime`: what an organization, team, project or key says about
 its keys (against the store). Registered by llmgw.cli.keys_cmd."""
 
 from __future__ import annotations
@@ -27,6 +27,22 @@ def register(commands) -> None:
     where.add_argument("--anywhere", dest="in_cluster", action="store_const", const=False,
                        help="lift the scope's own residency rule (one set above it still holds)")
     _common(residency, _residency)
+
+    routing = commands.add_parser(  # routing profiles (llmgw.router.routing_profiles)
+        "routing", help="Show or set the routing profile a key, a project's keys or an organization's keys get.",
+        description="Show (no PROFILE) or set how the requests of a key, of every key of a project, or of every "
+        "key of an organization choose their replica: latency-first (the least busy replica), cost-first (the "
+        "cluster's own engines, then server.yaml's endpoints, then federation peers), pinned:POOL (only the "
+        "cluster's own replicas on nodes labelled pool: POOL; none up: refused) or a profile of server.yaml's "
+        "router.profiles (checked with --config); default routes as without a profile, and --clear removes "
+        "the scope's own (one set above it then holds). The narrowest scope that sets one wins. SCOPE is "
+        "key:KEY (id or prefix), project:PATH or org:NAME (a bare key id or path works too). Running gateways "
+        "take a change up within a minute (their key cache).",
+    )
+    routing.add_argument("scope", metavar="SCOPE")
+    routing.add_argument("profile", metavar="PROFILE", nargs="?")
+    routing.add_argument("--clear", action="store_true", help="remove the scope's own profile")
+    _common(routing, _routing)
 
     lifetime = commands.add_parser(
         "lifetime", help="Show or cap how long keys made in an organization, team or project may live.",
@@ -69,6 +85,32 @@ async def _residency(args, tenancy) -> int:
         print(f"{scope}: in the cluster only, by a rule above it (its project or organization)")
     else:
         print(f"{scope}: anywhere its models are served (no residency rule of its own)")
+    return 0
+
+
+async def _routing(args, tenancy) -> int:
+    """routing profiles: `llmgw keys routing SCOPE [PROFILE | --clear]`."""
+    if args.clear and args.profile:
+        raise ValueError("routing: give a PROFILE or --clear, not both")
+    if args.clear or args.profile:
+        scope = await tenancy.set_routing(args.scope, None if args.clear else args.profile)
+    else:
+        scope = await tenancy.residency_scope(args.scope)
+    rule = await tenancy.store.get_scope_rule(scope.kind, scope.id)
+    own = rule.routing if rule else None
+    held, set_by = own, scope.kind if own else ""
+    if scope.kind == "key":
+        held, set_by = await tenancy.routing_of(await tenancy.find_key(scope.id))
+    if args.json:
+        print_json({"scope": scope.kind, "id": scope.id, "label": scope.label, "routing": own,
+                    "in_force": held or "default", "in_force_set_by": set_by or None})
+        return 0
+    if own:
+        print(f"{scope}: routing profile {own}")
+    elif held:
+        print(f"{scope}: routing profile {held}, set on its {'project' if set_by == 'project' else 'organization'}")
+    else:
+        print(f"{scope}: default routing (no routing profile of its own)")
     return 0
 
 

@@ -122,6 +122,7 @@ async def _run(fn, args: argparse.Namespace, target: StoreTarget) -> int:
             max_key_ttl=cfg.auth.max_key_ttl if cfg else None,
             bands=[b.name for b in cfg.admission.bands] if cfg else None,
             models=(model_aliases(cfg) or None) if cfg else None,
+            routing_profiles=_routing_profiles(cfg),  # routing profiles: names checked against the file's
             hasher=key_hasher_of(cfg),
         )
         return await fn(args, tenancy)
@@ -172,3 +173,12 @@ def to_json(value: Any) -> Any:
 
 def when(t: dt.datetime | None) -> str:
     return "" if t is None else t.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _routing_profiles(cfg):
+    """routing profiles: the built-in ones and the file's router.profiles; None without a file (any name)."""
+    if cfg is None:
+        return None
+    from llmgw.router.routing_profiles import RoutingProfiles
+
+    return RoutingProfiles(cfg.router.profiles)

@@ -785,7 +785,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def set_scope_rule(self, scope_kind: str, scope_id: str, *, actor: str, max_key_ttl_s: Any = ...,
-                             in_cluster: Any = ...) -> ScopeRule | None:
+                             in_cluster: Any = ..., routing: Any = ...) -> ScopeRule | None:
         """Change a scope's rule (left out: kept; ``max_key_ttl_s`` None: no cap); None when nothing is left."""
 
     @abc.abstractmethod

@@ -27,6 +27,8 @@ class ScopeRule:
     scope_id: str
     max_key_ttl_s: int | None = None  # None: no cap of its own
     in_cluster: bool = False
+    #: routing profiles: the profile its keys are routed by (llmgw.router.routing_profiles); None: none set
+    routing: str | None = None
     updated_at: dt.datetime | None = None
     actor: str = ""
 

@@ -165,6 +165,8 @@ class ResolvedKey:
     #: the widest scope ("org", "project" or "key") whose rule keeps its requests on the cluster's own
     #: engines; "" when none does
     in_cluster: str = ""
+    #: routing profiles: the narrowest routing profile set over the key (key, project, org); None: none
+    routing: str | None = None
 
 
 # ---- usage -----------------------------------------------------------------

@@ -102,6 +102,7 @@ class SQLKeys(SQLStoreBase):
                 user_state=r["u_state"],
                 limits=tuple(limits),
                 in_cluster=next((rule.scope_kind for rule in rules if rule.in_cluster), ""),
+                routing=next((rule.routing for rule in reversed(rules) if rule.routing), None),  # narrowest
             )
 
         return await self._read(work)

@@ -18,6 +18,7 @@ so the keys they owned still point at something.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from typing import Any
 
@@ -26,7 +27,9 @@ from .errors import Invalid, NotFound
 from .people import FORGOTTEN_DOMAIN, RULE_SCOPES, ForgetReport, ScopeRule, is_forgotten_email
 from .sqlbase import SQLStoreBase, Tx, from_json
 
-RULE_COLS = "scope_kind, scope_id, max_key_ttl_s, in_cluster, updated_at, actor"
+RULE_COLS = "scope_kind, scope_id, max_key_ttl_s, in_cluster, updated_at, actor, routing"  # routing: migration 0014
+#: routing profiles: a profile's name as a scope keeps it (the gateway checks it names a profile it has)
+ROUTING_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}(:[a-z0-9][a-z0-9_-]{0,62})?")
 _UNSET: Any = object()
 #: The longest cap a scope may set: 100 years, far past any key's use.
 MAX_TTL_S = 100 * 366 * 86400
@@ -45,6 +48,7 @@ class SQLPeople(SQLStoreBase):
             scope_kind=r["scope_kind"], scope_id=r["scope_id"],
             max_key_ttl_s=None if r["max_key_ttl_s"] is None else int(r["max_key_ttl_s"]),
             in_cluster=bool(r["in_cluster"]), updated_at=self._dt(r["updated_at"]), actor=r["actor"],
+            routing=r["routing"] or None,
         )
 
     async def get_scope_rule(self, scope_kind: str, scope_id: str) -> ScopeRule | None:
@@ -78,7 +82,8 @@ class SQLPeople(SQLStoreBase):
         return sorted((self._rule(r) for r in rows), key=lambda rule: RULE_SCOPES.index(rule.scope_kind))
 
     async def set_scope_rule(self, scope_kind: str, scope_id: str, *, actor: str,
-                             max_key_ttl_s: int | None = _UNSET, in_cluster: bool = _UNSET) -> ScopeRule | None:
+                             max_key_ttl_s: int | None = _UNSET, in_cluster: bool = _UNSET,
+                             routing: str | None = _UNSET) -> ScopeRule | None:
         """Change what a scope says (an argument left out keeps its value; ``max_key_ttl_s`` None
         removes the cap); returns the rule now in force, None when nothing is left set."""
         kind = v.check_choice(scope_kind, RULE_SCOPES, "scope_kind")
@@ -93,6 +98,12 @@ class SQLPeople(SQLStoreBase):
                 raise Invalid(f"in_cluster: expected true or false, got {in_cluster!r}")
             if kind == "team" and in_cluster:
                 raise Invalid("in_cluster: residency is set on an organization, a project or a key, not a team")
+        if routing is not _UNSET and routing is not None:  # routing profiles
+            if not isinstance(routing, str) or not ROUTING_NAME.fullmatch(routing):
+                raise Invalid(f"routing: {routing!r} is not a routing profile's name (like latency-first, "
+                              "cost-first or pinned:eu)")
+            if kind == "team":
+                raise Invalid("routing: a routing profile is set on an organization, a project or a key, not a team")
         now = self._now()
 
         async def work(tx: Tx) -> ScopeRule | None:
@@ -103,13 +114,14 @@ class SQLPeople(SQLStoreBase):
             old = self._rule(r) if r is not None else ScopeRule(scope_kind=kind, scope_id=scope_id)
             ttl = old.max_key_ttl_s if max_key_ttl_s is _UNSET else max_key_ttl_s
             stay = old.in_cluster if in_cluster is _UNSET else in_cluster
+            route = old.routing if routing is _UNSET else routing
             await tx.execute("DELETE FROM scope_rules WHERE scope_kind = ? AND scope_id = ?", kind, scope_id)
-            if ttl is None and not stay:
+            if ttl is None and not stay and route is None:
                 return None
-            await tx.execute(f"INSERT INTO scope_rules ({RULE_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
-                             kind, scope_id, ttl, stay, self._t(now), actor)
+            await tx.execute(f"INSERT INTO scope_rules ({RULE_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             kind, scope_id, ttl, stay, self._t(now), actor, route)
             return ScopeRule(scope_kind=kind, scope_id=scope_id, max_key_ttl_s=ttl, in_cluster=stay,
-                             updated_at=now, actor=actor)
+                             updated_at=now, actor=actor, routing=route)
 
         return await self._write(work)
 
