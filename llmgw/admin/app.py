@@ -61,11 +61,13 @@ def default_tenancy(config: ServerConfig, on_change: Callable[[str | None], None
     """Tenancy as `llmgw org|users|keys --config server.yaml` builds it: the file's key lifetime, bands, models."""
     from llmgw.auth.key_hash import key_hasher_of
     from llmgw.auth.keys import model_aliases
+    from llmgw.router.routing_profiles import RoutingProfiles
 
     def make(store: Any, actor: str) -> Tenancy:
         return Tenancy(store, actor=actor, max_key_ttl=config.auth.max_key_ttl,
                        bands=[b.name for b in config.admission.bands],
                        models=model_aliases(config) or None, on_change=on_change,
+                       routing_profiles=RoutingProfiles(config.router.profiles),  # routing profiles
                        hasher=key_hasher_of(config))
 
     return make

@@ -78,6 +78,30 @@ class Residency:
 
 
 @attrs.frozen(kw_only=True)
+class RoutingQuery:  # routing profiles
+    scope: str = field("Whose: org:NAME, project:PATH or key:ID.", schema=RESIDENCY_SCOPE)
+
+
+@attrs.frozen(kw_only=True)
+class RoutingSet:
+    """The routing profile a scope's keys are routed by."""
+
+    scope: str = field("Whose: org:NAME, project:PATH or key:ID.", schema=RESIDENCY_SCOPE)
+    routing: str | None = field("latency-first, cost-first, pinned:POOL, default or one of server.yaml's "
+                                "router.profiles; null removes the scope's own (one set above it then holds).")
+
+
+@attrs.frozen(kw_only=True)
+class Routing:
+    """The routing profile a scope sets, and the one in force (for a key: the narrowest set over it)."""
+
+    scope: str = field("The scope, as kind:label.")
+    routing: str | None = field("The scope's own routing profile; null when it sets none.")
+    in_force: str = field("The profile its requests are routed by; default when none is set.")
+    in_force_set_by: str | None = field("Where that profile is set: key, project or org; null for default.")
+
+
+@attrs.frozen(kw_only=True)
 class KeyLifetimeQuery:
     path: str = field("The organization, team or project: ORG, ORG/TEAM, ORG/PROJECT or ORG/TEAM/PROJECT.",
                       schema=forms.ORG_PATH)

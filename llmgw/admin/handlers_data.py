@@ -1,4 +1,4 @@
-"""The data endpoints: forgetting a person, a scope's residency and its key lifetime cap.
+"""The data endpoints: forgetting a person, a scope's residency, its routing profile and its key lifetime cap.
 
 Each goes through `Tenancy`, the same code as `llmgw users forget` and `llmgw keys residency|lifetime`,
 so the checks and the messages are those. A forget's audit event names the person by their pseudonym
@@ -7,7 +7,7 @@ alone: the request's fields (their email) are left out of it.
 
 from __future__ import annotations
 
-from llmgw.admin.data_types import ForgetRemoved, ForgetResult, KeyLifetime, Residency
+from llmgw.admin.data_types import ForgetRemoved, ForgetResult, KeyLifetime, Residency, Routing
 from llmgw.admin.dispatch import Call
 from llmgw.admin.errors import ApiError
 from llmgw.config.units import Duration
@@ -65,6 +65,30 @@ async def set_residency(call: Call) -> Residency:
     return await _residency(call, tenancy, scope)
 
 
+async def _routing(call: Call, tenancy, scope) -> Routing:  # routing profiles
+    rule = await call.store.get_scope_rule(scope.kind, scope.id)
+    own = rule.routing if rule else None
+    held, set_by = own, scope.kind if own else ""
+    if scope.kind == "key":
+        held, set_by = await tenancy.routing_of(await tenancy.find_key(scope.id))
+    return Routing(scope=str(scope), routing=own, in_force=held or "default", in_force_set_by=set_by or None)
+
+
+async def get_routing(call: Call) -> Routing:
+    """The routing profile an organization, a project or a key sets, and the one in force."""
+    tenancy = call.tenancy()
+    return await _routing(call, tenancy, await tenancy.residency_scope(call.query.scope))
+
+
+async def set_routing(call: Call) -> Routing:
+    """Route the keys of an organization, project or key by a routing profile (the narrowest set wins), or
+    remove the scope's own; a name that is not a built-in profile or one of router.profiles is refused."""
+    tenancy = call.tenancy()
+    scope = await tenancy.set_routing(call.body.scope, call.body.routing)
+    call.target = f"{scope.kind}:{scope.id}"
+    return await _routing(call, tenancy, scope)
+
+
 async def _lifetime(call: Call, tenancy, node) -> KeyLifetime:
     rule = await call.store.get_scope_rule(node.kind, node.id)
     cap = await tenancy.key_lifetime_cap(node)
@@ -96,5 +120,5 @@ async def set_key_lifetime(call: Call) -> KeyLifetime:
     return await _lifetime(call, tenancy, node)
 
 
-__all__ = ["forget_result", "forget_user", "get_key_lifetime", "get_residency", "set_key_lifetime",
-           "set_residency"]
+__all__ = ["forget_result", "forget_user", "get_key_lifetime", "get_residency", "get_routing", "set_key_lifetime",
+           "set_residency", "set_routing"]

@@ -88,6 +88,9 @@ from llmgw.admin.data_types import (
     Residency,
     ResidencyQuery,
     ResidencySet,
+    Routing,
+    RoutingQuery,
+    RoutingSet,
     UserForget,
 )
 from llmgw.admin.facility_types import DOMAIN_PATTERN, FacilityHold, FacilityReport, HoldCreate
@@ -332,6 +335,11 @@ ROUTES: tuple[Route, ...] = (
     Route(method="PUT", path="/residency", handler=hd.set_residency, tag="people", response=Residency,
           request=ResidencySet, action="keys.residency", target="{scope}",
           summary="Keep a scope's requests on the cluster's own engines, or lift it"),
+    Route(method="GET", path="/routing", handler=hd.get_routing, tag="people", response=Routing,  # routing profiles
+          query=RoutingQuery, summary="The routing profile a scope sets, and the one in force"),
+    Route(method="PUT", path="/routing", handler=hd.set_routing, tag="people", response=Routing,
+          request=RoutingSet, action="keys.routing", target="{scope}",
+          summary="Route a scope's keys by a routing profile, or remove its own"),
     Route(method="GET", path="/key-lifetime", handler=hd.get_key_lifetime, tag="people", response=KeyLifetime,
           query=KeyLifetimeQuery, summary="How long keys made in a scope may live"),
     Route(method="PUT", path="/key-lifetime", handler=hd.set_key_lifetime, tag="people", response=KeyLifetime,

@@ -36,6 +36,17 @@ def register(sub) -> None:
     where.add_argument("--anywhere", dest="in_cluster", action="store_const", const=False)
     register_leaf(p, run_residency)
 
+    p = sub.add_parser(  # routing profiles
+        "routing", help="Show or set the routing profile of an organization's, a project's or a key's keys.",
+        description="Show (no PROFILE) or set how the keys of an organization, project or key choose their "
+        "replica (GET/PUT /routing): latency-first, cost-first, pinned:POOL, default or one of server.yaml's "
+        "router.profiles; --clear removes the scope's own (one set above it then holds). The narrowest scope "
+        "that sets one wins. SCOPE is org:NAME, project:PATH or key:ID.")
+    p.add_argument("scope", metavar="SCOPE")
+    p.add_argument("profile", metavar="PROFILE", nargs="?")
+    p.add_argument("--clear", action="store_true", help="remove the scope's own profile")
+    register_leaf(p, run_routing)
+
     p = sub.add_parser(
         "key-lifetime", help="Show or cap how long keys made in an organization, team or project may live.",
         description="Show (no DURATION) or set the longest lifetime of a key made in an organization, team or "
@@ -64,6 +75,26 @@ def run_users_forget(args, client: AdminClient) -> int:
     for name, count in (done.get("removed") or {}).items():
         lines.append(f"  {name.replace('_', ' ')}: {count}")
     return _out(args, done, "\n".join(lines))
+
+
+def run_routing(args, client: AdminClient) -> int:
+    """routing profiles: `llmgw ctl routing SCOPE [PROFILE | --clear]`."""
+    from llmgw.cli.ctl_client import CtlError
+
+    if args.clear and args.profile:
+        raise CtlError("give a PROFILE or --clear, not both (nothing changed)", 2)
+    if args.clear or args.profile:
+        info = client.request("PUT", "/routing", body={"scope": args.scope,
+                                                       "routing": None if args.clear else args.profile})
+    else:
+        info = client.get("/routing", scope=args.scope)
+    if info["routing"]:
+        line = f"{info['scope']}: routing profile {info['routing']}"
+    elif info["in_force_set_by"]:
+        line = f"{info['scope']}: routing profile {info['in_force']}, set on its {info['in_force_set_by']}"
+    else:
+        line = f"{info['scope']}: default routing (no routing profile of its own)"
+    return _out(args, info, line)
 
 
 def run_residency(args, client: AdminClient) -> int:

@@ -67,3 +67,27 @@ def test_a_profile_the_config_lacks_or_a_team_scope_is_refused_and_changes_nothi
     assert "team" in refused(capsys, "keys", "routing", "acme/ml", "cost-first", *S)
     assert "not a routing profile's name" in refused(capsys, "keys", "routing", "org:acme", "Bad Name!", *S)
     assert "routing profile eu-cheap" in ok(capsys, "keys", "routing", "org:acme", *S)
+
+
+def test_routing_through_ctl_and_the_admin_api(capsys, tmp_path, monkeypatch) -> None:
+    from ctl_live import ctl_against
+    from ctl_live import ok as ctl_ok
+    from ctl_live import ok_json as ctl_json
+    from ctl_live import refused as ctl_refused
+
+    with ctl_against(tmp_path, monkeypatch):
+        for path in ("acme", "acme/ml", "acme/ml/train"):
+            ctl_ok(capsys, "orgs", "create", path)
+        key = ctl_json(capsys, "keys", "create", "--project", "acme/ml/train")["key"]
+        assert "default routing" in ctl_ok(capsys, "routing", f"key:{key['id']}")
+        assert ctl_ok(capsys, "routing", "project:acme/ml/train", "pinned:gpu-eu") == (
+            "project:acme/ml/train: routing profile pinned:gpu-eu\n")
+        shown = ctl_json(capsys, "routing", f"key:{key['id']}")
+        assert (shown["routing"], shown["in_force"], shown["in_force_set_by"]) == (None, "pinned:gpu-eu", "project")
+        said = ctl_refused(capsys, "routing", "org:acme", "fastest")
+        assert "'fastest' is not a routing profile" in said and "cost-first" in said
+        assert ctl_ok(capsys, "routing", "project:acme/ml/train", "--clear") == (
+            "project:acme/ml/train: default routing (no routing profile of its own)\n")
+        events = ctl_json(capsys, "audit", "--action", "keys.routing")["events"]
+        assert sorted(e["outcome"] for e in events) == ["ok", "ok", "refused"]  # set, refused, cleared
+        assert ctl_json(capsys, "routing", "org:acme")["routing"] is None  # the refusal changed nothing
