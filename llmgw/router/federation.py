@@ -118,14 +118,16 @@ class Federation:
                     id=peer.replica_id(name), model=f"{peer.name}/{name}", base_url=peer.base_url,
                     engine_model=name, api_key=peer.api_key, source=SOURCE,
                     extra_headers={HOP_HEADER: self.cluster_id}))
-            elif replica.health.ejected_until >= _DOWN_FOR:
-                replica.succeeded()  # the peer is back: its models are served again
+            elif replica.health.ejected_until >= _DOWN_FOR:  # the peer is back: its models are served again
+                replica.health.ejected_until, replica.health.last_error = 0.0, ""
         if not was_up or set(names) != set(peer.models):
             logs.event(log, "federation peer read", peer=peer.name, models=len(names))
         peer.models = names
 
     async def _read_models(self, peer: Peer) -> list[str]:
-        headers = {"Authorization": "Bearer " + peer.api_key.reveal(), HOP_HEADER: self.cluster_id}
+        # a connection of its own each time: the read says whether the peer answers now, not a kept socket
+        headers = {"Authorization": "Bearer " + peer.api_key.reveal(), HOP_HEADER: self.cluster_id,
+                   "Connection": "close"}
         async with self._session.get(peer.base_url + "/models", headers=headers,
                                      timeout=aiohttp.ClientTimeout(total=min(10.0, self.interval * 2 + 1))) as resp:
             if resp.status != 200:

@@ -70,6 +70,7 @@ async def cluster(tmp_path, sim):
             "store": {"dsn": "/nonexistent/llmgw.db"},
             "auth": {"keys_required": True},
             "router": {"scrape_interval": "100ms", "retries": {"attempts": 0, "backoff": "0s"}},
+            "accounting": {"flush_interval": "50ms"},
             "federation": {"cluster_id": name, "sync_interval": "100ms", "peers": list(peers)},
             "models": [{"name": local, "profiles": [{"engine": "sim"}]}, *models],
         })
@@ -141,8 +142,9 @@ async def test_a_model_the_peer_withdraws_is_withdrawn_here(cluster):
     async def gone():
         return "b/local" not in await _listed(a, mine.secret)
     await wait_for(gone, timeout=5)
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as missing:
         await a.client(mine.secret).chat.completions.create(model="b/local", messages=HELLO, max_tokens=3)
+    assert missing.value.body["code"] == "model_not_found"
 
 
 async def test_loops_are_refused_and_federation_is_not_transitive(cluster, http):
@@ -174,6 +176,15 @@ async def test_loops_are_refused_and_federation_is_not_transitive(cluster, http)
     assert resp.status == 403 and error["code"] == "federation_not_transitive"
     async with http.post(a.url + "/v1/chat/completions", json=body, headers=headers) as resp:
         assert resp.status == 200, "a peer may use A's own models"
+
+    # were B to list what it federates, A's request carries its hop and B refuses to pass it on
+    a.gw.replicas.add(Replica(id="federation:b/a/here", model="b/a/here", base_url=b.url + "/v1",
+                              engine_model="a/here", api_key=a.gw.federation.peers["b"].api_key,
+                              source="federation", extra_headers={"x-llmgw-hop": "a"}))
+    with pytest.raises(openai.PermissionDeniedError) as passed_on:
+        await a.client(mine.secret).chat.completions.create(model="b/a/here", messages=HELLO, max_tokens=3)
+    assert passed_on.value.body["code"] == "federation_not_transitive"
+    assert "x-llmgw-hop: a" in passed_on.value.body["message"]
 
 
 def _peer(c: Cluster, secret: str) -> dict:
@@ -223,6 +234,44 @@ async def test_a_peer_that_is_down_answers_503_with_the_reason_and_fallbacks_are
     raw = await a.client(mine.secret).chat.completions.with_raw_response.create(
         model="primary", messages=HELLO, max_tokens=3)
     assert raw.headers["x-llmgw-served-model"] == "here"
+
+
+async def test_a_peer_back_up_serves_its_models_again(cluster):
+    a, b, _ = await _pair(cluster)
+    mine = await a.tenancy.create_key(project="a/apps")
+    await wait_for(lambda: _has(a, mine.secret, "b/local"))
+    site = next(iter(b.runner.sites))
+    port = b.runner.addresses[0][1]
+    await site.stop()  # B stops listening
+
+    async def ready(expected: bool):
+        return (await _listed(a, mine.secret))["b/local"].model_extra["ready"] is expected
+    await wait_for(lambda: ready(False), timeout=5)
+    await web.TCPSite(b.runner, "127.0.0.1", port).start()  # and listens again
+    await wait_for(lambda: ready(True), timeout=5)
+    answer = await a.client(mine.secret).chat.completions.create(model="b/local", messages=HELLO, max_tokens=3)
+    assert answer.choices[0].message.content
+
+
+def test_a_model_added_at_run_time_may_fall_back_to_a_peers_model_and_not_to_an_unknown_one():
+    from llmgw.control.catalog import Catalog, CatalogError
+
+    catalog = Catalog([], None, None)
+    catalog.federation_peers = frozenset({"b"})
+    spec = {"name": "m", "source": "hf:org/m", "profiles": [{"engine": "sim"}]}
+    assert catalog.check({**spec, "fallbacks": ["b/local"]}).fallbacks == ["b/local"]
+    with pytest.raises(CatalogError, match="no model called 'c/local' is in the catalog"):
+        catalog.check({**spec, "fallbacks": ["c/local"]})
+
+
+def test_with_no_cluster_id_the_hop_names_the_host():
+    import socket
+
+    from llmgw.config.server import FederationConfig
+    from llmgw.router.federation import Federation
+    from llmgw.router.replicas import ReplicaSet
+
+    assert Federation(FederationConfig(), ReplicaSet()).cluster_id == socket.gethostname()
 
 
 def test_server_yaml_with_a_bad_peer_is_refused_naming_each_key():
