@@ -107,7 +107,7 @@ def wire_gpu_sensors(sensors: discovery.Sensors, our_pids: Container[int] | None
             problem=problem, pcie_replays=g.pcie_replays, xid_errors=tuple(g.xid_errors),
             memory_utilisation_percent=g.utilization_memory_pct, sm_clock_mhz=g.sm_clock_mhz,
             retired_pages_pending=g.retired_pages_pending, row_remap_pending=g.row_remap_pending,
-            row_remap_failure=g.row_remap_failure, last_xid=g.xid_last_code,
+            row_remap_failure=g.row_remap_failure, last_xid=g.xid_last_code, nvlink_errors=dict(g.nvlink_errors),
         ))
     return tuple(out)
 

@@ -386,6 +386,14 @@ GPUS = AlertGroup("llmgw-gpus", "The cards, as the agents read them (NVML, nvidi
               "the slot or a cable is the usual cause."),
     ),
     Alert(
+        "GPUNVLinkErrorsClimbing", 'increase(llmgw_gpu_nvlink_errors{kind="crc"}[1h]) > 10', "warning", "0m",
+        "{{ $labels.node }} GPU {{ $labels.gpu }}: {{ $value | humanize }} NVLink CRC errors in an hour",
+        _join("The card's NVLink links are corrupting transfers: tensor-parallel replicas on it slow down, and a",
+              "link that keeps failing takes its replica down with it. `nvidia-smi nvlink -e -i {{ $labels.gpu }}`",
+              "on the node says which link; drain the node (`llmgw ctl drain {{ $labels.node }}`) and have the",
+              "card, its baseboard or the NVSwitch looked at."),
+    ),
+    Alert(
         "GPUFailed", 'llmgw_gpu_health{health="failed"} == 1', "critical", "1m",
         "{{ $labels.node }} GPU {{ $labels.gpu }} has failed",
         _join("The agent reads the card as failed, and placement puts no replica on it.",

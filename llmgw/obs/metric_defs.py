@@ -191,6 +191,9 @@ METRICS: tuple[MetricDef, ...] = tuple([
             _GPU),
            ("llmgw_gpu_pcie_replays_total", "counter", "PCIe replays since the driver loaded (a bad link climbs).",
             _GPU),
+           ("llmgw_gpu_nvlink_errors", "gauge",
+            "NVLink errors since the driver loaded, summed over the card's links, by kind (crc, replay, recovery); "
+            "none for a card without NVLink.", (*_GPU, "kind")),
            ("llmgw_gpu_remap_pending", "gauge", "1 while memory rows wait for a reset to be remapped.", _GPU),
            ("llmgw_gpu_remap_failure", "gauge", "1 when the card has no spare memory rows left.", _GPU),
            ("llmgw_gpu_retirement_pending", "gauge", "1 while memory pages wait for a reset to be retired.", _GPU),

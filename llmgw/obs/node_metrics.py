@@ -111,6 +111,8 @@ def _gpu(f: _Families, node: str, g: GpuInfo, s: GpuSensor | None) -> None:
     f.add("llmgw_gpu_xid_errors", card, len(s.xid_errors))
     f.add("llmgw_gpu_last_xid", card, s.last_xid)
     f.add("llmgw_gpu_pcie_replays_total", card, s.pcie_replays)
+    for kind, count in sorted(s.nvlink_errors.items()):
+        f.add("llmgw_gpu_nvlink_errors", [*card, kind], count)
     f.add("llmgw_gpu_remap_pending", card, s.row_remap_pending)
     f.add("llmgw_gpu_remap_failure", card, s.row_remap_failure)
     f.add("llmgw_gpu_retirement_pending", card, s.retired_pages_pending)

@@ -156,6 +156,9 @@ class GpuSensor:
     row_remap_pending: bool | None = None
     row_remap_failure: bool | None = None
     last_xid: int | None = None  #: the code of the most recent of `xid_errors`
+    #: NVLink errors since the driver loaded, summed over the card's links, by kind (crc, replay, recovery);
+    #: empty for a card without NVLink or an agent that does not read them
+    nvlink_errors: dict[str, int] = attrs.Factory(dict)
 
 
 @attrs.frozen

@@ -128,6 +128,12 @@ async def test_an_h100_nodes_cards_read_through_nvml(tmp_path, proc):
         assert value(text, "llmgw_gpu_health", node="gpu-7", gpu="3", health="degraded") == 1
         assert value(text, "llmgw_gpu_remap_pending", node="gpu-7", gpu="5") == 1
         assert value(text, "llmgw_gpu_remap_pending", **gpu0) == 0
+        # NVLink errors by kind, summed over each card's links: card 0 has a few, card 4 more, card 1 none.
+        assert value(text, "llmgw_gpu_nvlink_errors", **gpu0, kind="crc") == 7
+        assert value(text, "llmgw_gpu_nvlink_errors", **gpu0, kind="replay") == 1
+        assert value(text, "llmgw_gpu_nvlink_errors", **gpu0, kind="recovery") == 0
+        assert value(text, "llmgw_gpu_nvlink_errors", node="gpu-7", gpu="4", kind="crc") == 40
+        assert value(text, "llmgw_gpu_nvlink_errors", node="gpu-7", gpu="1", kind="crc") == 0
         assert len([line for line in text.splitlines() if line.startswith("llmgw_gpu_temperature_celsius{")]) == 8
         # The node: load, memory, the package's temperature (not the hotter core), the inlet sensor.
         node = {"node": "gpu-7"}
@@ -179,6 +185,8 @@ async def test_xid_errors_and_mig_cards_read_through_nvidia_smi(tmp_path, proc):
         # In MIG mode no driver measures utilisation: the series is absent, not 0.
         assert value(text, "llmgw_gpu_utilization_percent", **card0) is None
         assert value(text, "llmgw_gpu_info", **card0) == 1
+        # These cards have no NVLink (nvidia-smi nvlink -e lists no links): no such series, not zeros.
+        assert "llmgw_gpu_nvlink_errors{" not in text
         assert promtool_problems(text) == []
         assert undeclared(text, "agent") == []
     finally:

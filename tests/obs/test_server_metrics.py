@@ -127,6 +127,7 @@ async def test_the_servers_endpoint_has_the_gateway_the_scheduler_and_every_node
             assert value(text, "llmgw_gpu_temperature_celsius", node="gpu-7", gpu="0") == 29.0
             assert value(text, "llmgw_gpu_throttled", node="gpu-7", gpu="3", reason="hw_thermal") == 1
             assert value(text, "llmgw_gpu_memory_total_bytes", node="gpu-7", gpu="7") == 81559 << 20
+            assert value(text, "llmgw_gpu_nvlink_errors", node="gpu-7", gpu="0", kind="crc") == 7  # in heartbeats
             assert value(text, "llmgw_node_cpu_cores", node="gpu-7") >= 1
             assert value(text, "llmgw_node_engine_exits_total", node="gpu-7") == 0
             assert value(text, "llmgw_build_info", role="server") == 1

@@ -136,6 +136,9 @@ class GpuSensors:
     row_remap_pending: bool | None = None
     row_remap_failure: bool | None = None
     pcie_replays: int | None = None
+    #: NVLink errors since the driver loaded, summed over the card's links, as (kind, count): crc, replay,
+    #: recovery (nvlink_errors.py); empty for a card without NVLink
+    nvlink_errors: tuple[tuple[str, int], ...] = ()
     xid_errors: tuple[int, ...] = ()
     xid_last: str = ""
     xid_last_code: int | None = None

@@ -27,6 +27,7 @@ from typing import Awaitable, Callable, Sequence
 import attrs
 
 from .gpu_class import gpu_class, mig_profile_memory_gb
+from .nvlink_errors import parse_smi_nvlink_errors
 from .smi_mig import Paired, pair_instances, parse_compute_instances, parse_gpu_instances
 from .gpus import (
     DEGRADED, FAILED, HOT_C, Gpu, GpuSensors, MigInstance, make_mig_instance, normalise_bus_id, sensors_with_health,
@@ -385,15 +386,28 @@ async def _processes(runner: Runner, uuids: dict[str, int], notes: list[str]
     return {card: tuple(procs) for card, procs in out.items()}
 
 
+async def _nvlink_errors(runner: Runner, notes: list[str]) -> dict[int, tuple[tuple[str, int], ...]]:
+    """`nvidia-smi nvlink -e`: each card's NVLink error counters by index ({} when it cannot say)."""
+    try:
+        return parse_smi_nvlink_errors(await _run(runner, ["nvlink", "-e"]))
+    except SmiMissing:
+        raise
+    except SmiError as e:
+        notes.append(f"nvidia-smi nvlink -e: {e} (NVLink errors are not read)")
+        return {}
+
+
 async def sample_smi(runner: Runner, hot_c: float = HOT_C) -> tuple[tuple[GpuSensors, ...], tuple[str, ...]]:
     """Each card's fast-changing readings from one nvidia-smi query, with the processes holding its memory."""
     rows, notes = await query(runner, SENSOR_KEYS)
     cards = [(index, row) for row in rows if (index := _int(row.get("index"))) is not None]
     procs = await _processes(runner, {row.get("uuid") or "": index for index, row in cards if row.get("uuid")},
                              notes) if cards else None
+    nvlink = await _nvlink_errors(runner, notes) if cards else {}
     out = []
     for index, row in cards:
         s = GpuSensors(index=index, uuid=row.get("uuid") or "", **_sensor_fields(row),
-                       processes=procs.get(index) if procs is not None else None)
+                       processes=procs.get(index) if procs is not None else None,
+                       nvlink_errors=nvlink.get(index, ()))
         out.append(sensors_with_health(s, [_LOST_REASON] if row.get("_lost") else [], hot_c=hot_c))
     return tuple(out), tuple(notes)

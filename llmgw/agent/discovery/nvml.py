@@ -21,6 +21,7 @@ import attrs
 
 from .fabric import RawLink
 from .gpu_class import gpu_class, mig_profile, mig_profile_memory_gb
+from .nvlink_errors import nvml_nvlink_errors
 from .gpus import (
     FAILED, HOT_C, Gpu, GpuSensors, MigInstance, make_mig_instance, normalise_bus_id, sensors_with_health,
     throttle_names, with_health,
@@ -242,8 +243,9 @@ def _mig_instances(r: _Reader, h: Any, card: str, where: str) -> tuple[MigInstan
     return tuple(out)
 
 
-def _nvlinks(r: _Reader, h: Any, where: str) -> tuple[RawLink, ...]:
-    links: list[RawLink] = []
+def _active_links(r: _Reader, h: Any) -> list[int]:
+    """The card's NVLink links that are up; [] for a card without NVLink."""
+    out = []
     for link in range(r.const("NVML_NVLINK_MAX_LINKS", 18)):
         try:
             active = r.nvml.nvmlDeviceGetNvLinkState(h, link)
@@ -253,8 +255,14 @@ def _nvlinks(r: _Reader, h: Any, where: str) -> tuple[RawLink, ...]:
             continue
         except AttributeError:
             break
-        if active != r.const("NVML_FEATURE_ENABLED", 1):
-            continue
+        if active == r.const("NVML_FEATURE_ENABLED", 1):
+            out.append(link)
+    return out
+
+
+def _nvlinks(r: _Reader, h: Any, where: str) -> tuple[RawLink, ...]:
+    links: list[RawLink] = []
+    for link in _active_links(r, h):
         pci = r.get("NVLink remote", "nvmlDeviceGetNvLinkRemotePciInfo", h, link, where=where)
         kind = r.get("NVLink remote type", "nvmlDeviceGetNvLinkRemoteDeviceType", h, link, where=where)
         bus = normalise_bus_id(_text(pci.busId)) if pci is not None else ""
@@ -340,7 +348,9 @@ def sample_nvml(nvml: Any, hot_c: float = HOT_C) -> tuple[tuple[GpuSensors, ...]
             where = f"GPU {index}: "
             r.lost = None
             uuid = _text(r.get("UUID", "nvmlDeviceGetUUID", h, where=where) or "")
-            s = GpuSensors(index=index, uuid=uuid, processes=_processes(r, h, where), **_sensors(r, h, where))
+            s = GpuSensors(index=index, uuid=uuid, processes=_processes(r, h, where),
+                           nvlink_errors=nvml_nvlink_errors(r.nvml, h, _active_links(r, h), r.error_type),
+                           **_sensors(r, h, where))
             extra = [(FAILED, f"the driver has lost this GPU ({r.lost})")] if r.lost else []
             out.append(sensors_with_health(s, extra, hot_c=hot_c))
         return tuple(out), tuple(r.errors)

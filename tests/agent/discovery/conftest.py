@@ -3,14 +3,19 @@
 The NVML fixtures (data/nvml_*.json) hold, per device, what each pynvml
 function returned, under the function's name. A value {"error": "NOT_SUPPORTED"}
 makes the call raise that NVML error instead. "missing" lists names this
-pynvml (or driver) does not have; "init_error" makes nvmlInit fail.
+pynvml (or driver) does not have; "init_error" makes nvmlInit fail. Each
+link under "nvlinks" has its state and far end and, under "errors", its
+NVLink error counters by nvmlNvLinkErrorCounter_t number (0 replay,
+1 recovery, 2 CRC flit, 3 CRC data); those of nvml_h100x8.json were written
+by hand (a few errors on cards 0 and 4), not recorded.
 
 The nvidia-smi fixtures (data/smi_*.csv) are `--query-gpu` output with a
 "# fields:" line saying which fields were recorded; the fake answers any
 query for a subset of them, in the order asked, and refuses a field it does
 not have the way nvidia-smi does. Beside them: `-L` (*.L.txt), `nvidia-smi mig
 -lgi` and `-lci` (*.lgi.txt, *.lci.txt) and `--query-compute-apps` output
-(*.apps.csv); lines starting "#" are the fixture's notes, not output.
+(*.apps.csv) and `nvidia-smi nvlink -e` (*.nvlink.txt; none given: no card
+has NVLink); lines starting "#" are the fixture's notes, not output.
 """
 
 from __future__ import annotations
@@ -88,6 +93,10 @@ class FakeNvml:
     NVML_NVLINK_MAX_LINKS = 18
     NVML_NVLINK_DEVICE_TYPE_GPU = 0
     NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
+    NVML_NVLINK_ERROR_DL_REPLAY = 0
+    NVML_NVLINK_ERROR_DL_RECOVERY = 1
+    NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
+    NVML_NVLINK_ERROR_DL_CRC_DATA = 3
     nvmlMemory_v2 = 0x2000028
     NVMLError = NVMLError
     NVMLError_NotSupported = NVMLError_NotSupported
@@ -216,6 +225,12 @@ class FakeNvml:
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: dict, link: int) -> int:
         return self._link(h, link, "nvmlDeviceGetNvLinkRemoteDeviceType")["remote_type"]
 
+    def nvmlDeviceGetNvLinkErrorCounter(self, h: dict, link: int, counter: int) -> int:
+        value = self._link(h, link, "nvmlDeviceGetNvLinkErrorCounter").get("errors", {}).get(str(counter))
+        if value is None or isinstance(value, dict):
+            raise nvml_error(NVML_CODES[(value or {}).get("error", "NOT_SUPPORTED")])
+        return value
+
 
 def load_recording(name: str) -> dict[str, Any]:
     with open(os.path.join(DATA, name)) as f:
@@ -235,8 +250,10 @@ class FakeSmi:
     (none running when None)."""
 
     def __init__(self, query: str | None, listing: str | None = None, *, fail: str | None = None,
-                 lgi: str | None = None, lci: str | None = None, apps: str | None = None):
+                 lgi: str | None = None, lci: str | None = None, apps: str | None = None,
+                 nvlink: str | None = None):
         self.fields: list[str] = []
+        self.nvlink = _output(nvlink) or ""
         self.rows: list[list[str]] = []
         self.listing = _output(listing)
         self.mig = {"-lgi": _output(lgi), "-lci": _output(lci)}
@@ -262,6 +279,9 @@ class FakeSmi:
             if out is None:
                 raise SmiError(f"nvidia-smi mig exited with 4: Failed to display {args[1]}: Insufficient Permissions")
             return out
+        if args[:1] == ["nvlink"]:
+            assert args == ["nvlink", "-e"]
+            return self.nvlink
         if args[0].startswith("--query-compute-apps="):
             assert args == ["--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
             return self.apps
@@ -312,9 +332,9 @@ def fake_smi() -> Callable[..., FakeSmi]:
 
     def make(name: str | None = None, listing: str | None = None, *, text: str | None = None,
              fail: str | None = None, lgi: str | None = None, lci: str | None = None,
-             apps: str | None = None) -> FakeSmi:
+             apps: str | None = None, nvlink: str | None = None) -> FakeSmi:
         return FakeSmi(read(name) if name else text, read(listing), fail=fail, lgi=read(lgi), lci=read(lci),
-                       apps=read(apps))
+                       apps=read(apps), nvlink=read(nvlink))
 
     return make
 

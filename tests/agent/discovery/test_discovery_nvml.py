@@ -116,9 +116,30 @@ def test_sensors_from_nvml(fake_nvml) -> None:
     assert [s.index for s in sensors] == list(range(8))
     assert sensors[3].throttle_reasons == ("hw_thermal",) and sensors[3].health == DEGRADED
     assert sensors[0].power_draw_w == 69.0 and sensors[0].health == OK
-    # Only the fast-changing fields: no MIG, no NVLink, no names.
-    assert not {c for c in nvml.calls if "Mig" in c or "NvLink" in c or c == "nvmlDeviceGetName"}
+    # NVLink errors summed over each card's 18 links, flit and data CRC together; the other cards have none.
+    assert sensors[0].nvlink_errors == (("crc", 7), ("replay", 1), ("recovery", 0))
+    assert sensors[4].nvlink_errors == (("crc", 40), ("replay", 12), ("recovery", 3))
+    assert sensors[1].nvlink_errors == (("crc", 0), ("replay", 0), ("recovery", 0))
+    # Only the fast-changing fields: no MIG, no NVLink topology (its links' state and error counters only),
+    # no names.
+    assert not {c for c in nvml.calls if "Mig" in c or "NvLinkRemote" in c or c == "nvmlDeviceGetName"}
     assert nvml.calls[-1] == "nvmlShutdown"
+
+
+def test_a_card_without_nvlink_has_no_nvlink_error_counters(fake_nvml) -> None:
+    sensors, errors = sample_nvml(fake_nvml("nvml_t4x2_old.json"))
+    assert errors == () and len(sensors) == 2
+    assert all(s.nvlink_errors == () for s in sensors)
+
+
+def test_an_nvlink_counter_the_driver_does_not_keep_is_left_out(fake_nvml, recording) -> None:
+    rec = recording("nvml_h100x8.json")
+    for link in rec["devices"][0]["nvlinks"]:
+        link["errors"]["3"] = {"error": "NOT_SUPPORTED"}  # no data CRC counter on this driver
+        link["errors"]["1"] = {"error": "NOT_SUPPORTED"}
+    sensors, errors = sample_nvml(fake_nvml(rec))
+    assert errors == ()
+    assert sensors[0].nvlink_errors == (("crc", 5), ("replay", 1))
 
 
 def test_the_real_pynvml_loads_without_warnings(recwarn) -> None:

@@ -162,6 +162,32 @@ async def test_sensors_from_nvidia_smi(fake_smi) -> None:
     assert [g.index for g in gpus] == [0, 1, 2, 3]
     assert (gpus[0].temperature_c, gpus[0].power_draw_w, gpus[0].utilization_gpu_pct) == (58.0, 291.77, 87.0)
     assert gpus[2].health == FAILED and gpus[1].temperature_c is None
+    assert all(g.nvlink_errors == () for g in gpus)  # L40S cards: no NVLink, nothing listed, no series
+
+
+async def test_nvlink_errors_from_nvidia_smi_summed_over_links_in_either_wording(fake_smi) -> None:
+    smi = fake_smi("smi_h100x8.csv", nvlink="smi_h100x8.nvlink.txt")
+    gpus, notes = await sample_smi(smi)
+    assert notes == ()
+    assert ["nvlink", "-e"] in smi.calls
+    assert gpus[0].nvlink_errors == (("crc", 7), ("replay", 1), ("recovery", 0))
+    assert gpus[5].nvlink_errors == (("crc", 40), ("replay", 12), ("recovery", 3))  # flit and data CRC added
+    assert gpus[1].nvlink_errors == (("crc", 0), ("replay", 0), ("recovery", 0))
+
+
+async def test_an_nvidia_smi_that_cannot_list_nvlink_errors_leaves_them_out_and_says_so(fake_smi) -> None:
+    smi = fake_smi("smi_h100x8.csv")
+    real = smi.__call__
+
+    def refusing(args):
+        if args[:1] == ["nvlink"]:
+            raise SmiError("nvidia-smi nvlink exited with 3: Not Supported")
+        return real(args)
+
+    gpus, notes = await sample_smi(refusing)
+    assert len(gpus) == 8 and all(g.nvlink_errors == () for g in gpus)
+    assert notes == ("nvidia-smi nvlink -e: nvidia-smi nvlink exited with 3: Not Supported (NVLink errors are "
+                     "not read)",)
 
 
 # --- MIG through nvidia-smi mig -lgi / -lci, and processes through --query-compute-apps ---------------------
