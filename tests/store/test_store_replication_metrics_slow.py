@@ -3,8 +3,8 @@ with `pg_basebackup -R` on another port, and llmgw stores opened on each. The pr
 leader and the standby by its application_name, address and state (streaming); the standby's lag in bytes grows
 while its replay is paused under writes and falls back to about nothing once it resumes; a store opened on the
 standby names itself a replica in recovery; a role without pg_monitor sees the standby with its host, state and
-lag unknown (-1); and one opened on
-the standby before the primary migrated the database is refused with a message saying to use the primary. `promtool check metrics` is clean on what is published."""
+lag unknown (-1); and one opened on the standby before the primary migrated the database is refused with a
+message saying to use the primary. `promtool check metrics` is clean on what is published."""
 
 from __future__ import annotations
 

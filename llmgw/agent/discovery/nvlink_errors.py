@@ -67,7 +67,7 @@ def parse_smi_nvlink_errors(text: str) -> dict[int, Counts]:
         if m is None or card is None:
             continue
         words = m.group(1).lower()
-        kind = "crc" if "crc" in words else "replay" if "replay" in words else "recovery" if "recovery" in words else None
+        kind = next((k for k in KINDS if k in words), None)  # "Data CRC", "Flit CRC", "CRC", "Replay", ...
         if kind is not None:
             by_kind = sums.setdefault(card, {})
             by_kind[kind] = by_kind.get(kind, 0) + int(m.group(2))
