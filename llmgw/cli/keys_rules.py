@@ -1,5 +1,5 @@
-"""`llmgw keys residency`, `llmgw keys routing` and `llmgw keys lifetime`: what an organization, team, project or key says about
-its keys (against the store). Registered by llmgw.cli.keys_cmd."""
+"""`llmgw keys residency`, `llmgw keys routing` and `llmgw keys lifetime`: what an organization, team,
+project or key says about its keys (against the store). Registered by llmgw.cli.keys_cmd."""
 
 from __future__ import annotations
 

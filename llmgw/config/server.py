@@ -597,7 +597,9 @@ class ModelSlo:
     """The latency a model is meant to keep, published as llmgw_model_slo_seconds for alerts to compare with."""
 
     ttft_p99: Duration = setting(
-        Duration(seconds=0), doc="Time to the first token 99% of streamed requests should beat; 0 sets none."
+        Duration(seconds=0),
+        doc="Time to the first token 99% of streamed requests should beat; 0 sets none. While the last 60 s "
+            "are over it, the lowest bands are refused (503 slo_exceeded) and a replica more is started.",
     )
     tpot_p99: Duration = setting(
         Duration(seconds=0), doc="Time per output token 99% of streamed requests should beat; 0 sets none."

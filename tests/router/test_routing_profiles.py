@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 
 import attrs
@@ -120,4 +119,15 @@ async def test_a_key_without_a_profile_is_routed_as_before(sim, gateway, http):
     gw = await gateway([model("m", a, b)], keys=keys(plain=None, named="default"))
     served = [await served_by(http, gw, key, "s9") for key in ("plain", "named", "plain")]
     assert len(set(served)) == 1  # session affinity, as without profiles
-    await asyncio.sleep(0)
+
+
+async def test_a_pinned_key_whose_pool_runs_no_replica_of_the_model_is_served_by_a_fallback_that_has_one(
+        sim, gateway, http):
+    engine = await sim(models=["m", "small"])
+    gw = await gateway([model("m", engine, fallbacks=["small"]), model("small", engine)],
+                       keys=keys(eu="pinned:eu"))
+    gw.gateway.replicas.add(attrs.evolve(cluster_replica(engine, "small-eu", pool="eu"), model="small"))
+    before = len(gw.accountant.rows)
+    status, body = await ask(http, gw, "eu")
+    assert status == 200 and body["model"] == "small"
+    assert (await gw.settle(before + 1))[before].replica == "small-eu"
