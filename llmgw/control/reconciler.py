@@ -9,7 +9,8 @@ model that has no replica, an operator's cordon or drain), one pass:
    replicas (so they are placed again);
 3. gives up on starts that never became ready, and on stops never confirmed;
 4. stops replicas of models that left the catalog;
-5. per model: how many replicas it wants (min, max, on-demand, idle, load),
+5. per model: how many replicas it wants (min, max, on-demand, idle, load,
+   the gateway's slo pressure: first tokens over slo.ttft_p99),
    then places the missing ones (placement.py, held to the owner's capacity
    quotas), or stops the extra ones; a replica on a draining node gets a
    replacement (not held to quotas: it takes its original's place), and
