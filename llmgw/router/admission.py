@@ -250,11 +250,18 @@ class Admission:
             if chosen is None:
                 return
             band_queue, weights = chosen
-            waiter = band_queue.waiters[0]
-            replica = self.chooser.choose(model, candidates, waiter.want)
-            if replica is None:  # it excludes every replica with room; rare: let it time out
+            found = self._placeable(model, candidates, band_queue)
+            if found is None:  # routing profiles: no waiter of the band may use the room free; another's may
+                for other in queue.bands:
+                    if other is not band_queue and other.waiters:
+                        found = self._placeable(model, candidates, other)
+                        if found is not None:
+                            band_queue, weights = other, []
+                            break
+            if found is None:  # every waiter excludes every replica with room: they wait for other room
                 return
-            band_queue.waiters.popleft()
+            waiter, replica = found
+            band_queue.waiters.remove(waiter)
             queue.size -= 1
             for q, w in weights:
                 q.current = w
@@ -263,6 +270,15 @@ class Admission:
                     q.current = 0
             replica.in_flight += 1
             waiter.future.set_result(replica)
+
+    def _placeable(self, model: str, candidates: list[Replica], band_queue: _BandQueue):
+        """The band's oldest waiter that may use one of `candidates` (a retry's exclusions, a routing
+        profile's pool leave some out), and the replica it gets; None when none may."""
+        for waiter in band_queue.waiters:
+            replica = self.chooser.choose(model, candidates, waiter.want)
+            if replica is not None:
+                return waiter, replica
+        return None
 
     def pump_all(self) -> None:
         for model in list(self._queues):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import attrs
@@ -131,3 +132,29 @@ async def test_a_pinned_key_whose_pool_runs_no_replica_of_the_model_is_served_by
     status, body = await ask(http, gw, "eu")
     assert status == 200 and body["model"] == "small"
     assert (await gw.settle(before + 1))[before].replica == "small-eu"
+
+
+async def test_a_pinned_request_waiting_for_its_pool_does_not_hold_up_others_when_room_frees_elsewhere():
+    from llmgw.config.server import AdmissionConfig, AffinityConfig, Band
+    from llmgw.config.units import Duration
+    from llmgw.router.admission import Admission
+    from llmgw.router.choose import Chooser, Want
+    from llmgw.router.replicas import ReplicaSet
+    from llmgw.router.routing_profiles import RoutingProfiles
+
+    eu = Replica(id="eu-1", model="m", base_url="http://eu/v1", source="control", labels={"pool": "eu"},
+                 max_concurrency=1)
+    provider = Replica(id="p-1", model="m", base_url="http://p/v1", max_concurrency=1)
+    config = AdmissionConfig(queue_depth=10, max_wait=Duration.from_seconds(5), bands=[Band("silver", 1)],
+                             default_band="silver")
+    adm = Admission(config, ReplicaSet([eu, provider]), Chooser(AffinityConfig()))
+    held = [await adm.acquire("m", "silver", Want()), await adm.acquire("m", "silver", Want())]
+    pinned = asyncio.create_task(adm.acquire("m", "silver", Want(routing=RoutingProfiles().get("pinned:eu"))))
+    await asyncio.sleep(0)
+    plain = asyncio.create_task(adm.acquire("m", "silver", Want()))
+    await asyncio.sleep(0)
+    adm.release(next(g for g in held if g.replica is provider))  # room on the provider: the pinned one may not
+    grant = await asyncio.wait_for(plain, 1)
+    assert grant.replica is provider and not pinned.done()
+    adm.release(next(g for g in held if g.replica is eu))
+    assert (await asyncio.wait_for(pinned, 1)).replica is eu
