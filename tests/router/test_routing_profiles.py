@@ -158,3 +158,14 @@ async def test_a_pinned_request_waiting_for_its_pool_does_not_hold_up_others_whe
     assert grant.replica is provider and not pinned.done()
     adm.release(next(g for g in held if g.replica is eu))
     assert (await asyncio.wait_for(pinned, 1)).replica is eu
+
+
+async def test_latency_first_breaks_a_tie_in_load_by_the_replica_holding_the_prompts_prefix(sim, gateway, http):
+    a, b = await sim(models=["m"]), await sim(models=["m"])
+    gw = await gateway([model("m", a, b)], keys=keys(plain=None, fast="latency-first"))
+    long_prompt = "You answer questions about rivers. " * 30  # several prefix blocks
+    other = await served_by(http, gw, "plain", text="Name a lake.")
+    warm = await served_by(http, gw, "plain", text=long_prompt)  # the other replica: chosen least recently
+    assert warm != other
+    # both idle now; the least recently chosen is `other`, yet the warm cache wins the tie
+    assert [await served_by(http, gw, "fast", text=long_prompt + f" Question {i}?") for i in range(2)] == [warm] * 2
