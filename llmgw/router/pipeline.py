@@ -29,6 +29,7 @@ from llmgw.router import cache as answer_cache
 from llmgw.router import openai_shape
 from llmgw.router import residency, threads
 from llmgw.router.admission import Grant, NoReplica, QueueFull
+from llmgw.router.slo import SloExceeded
 from llmgw.router.body import read_json_body
 from llmgw.router.canary import VARIANT_HEADER, session_key
 from llmgw.router.choose import Want, prefix_hashes, prompt_text
@@ -308,14 +309,15 @@ async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, bo
             if grant is None:
                 first = first or exc
                 continue
-        except QueueFull as exc:
+        except (QueueFull, SloExceeded) as exc:  # slo: a shed band's request may still go to a fallback
             first = first or exc
             continue
         plane = _control_plane(gw)
         if plane is not None:
             plane.touch(candidate)  # keeps an on-demand model from being stopped as idle
         if candidate != model and candidate != canary:
-            reason = "queue_full" if isinstance(first, QueueFull) else "no_replica"
+            reason = ("queue_full" if isinstance(first, QueueFull)
+                      else "slo" if isinstance(first, SloExceeded) else "no_replica")
             gw.metrics.fallbacks.labels(model, candidate, reason).inc()
         return grant, candidate
     assert first is not None

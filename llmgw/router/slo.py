@@ -7,7 +7,8 @@ wait for room included: what the client saw) is kept per model for the last
 objective. While it is over:
 
 - the lowest band is refused at admission, before it can join the queue,
-  with 503 `slo_exceeded`, a Retry-After and a message naming the objective;
+  with 503 `slo_exceeded`, a Retry-After and a message naming the objective
+  (a model with fallbacks sends it to the first that serves it instead);
 - each further half of the objective over it refuses the next band up
   (1.5x: the two lowest, 2x: three), and the highest band is never refused;
 - the control plane is told the model is under pressure, and starts a

@@ -66,3 +66,15 @@ def test_further_over_the_objective_sheds_more_bands_never_the_highest_and_recov
     assert watch.bands_shed("m", bands) == {"bronze"}  # the old samples left the window
     now[0] = 2 * WINDOW + 2
     assert not watch.over("m") and watch.bands_shed("m", bands) == set()
+
+
+async def test_a_shed_request_goes_to_the_models_fallback_when_it_has_one(sim, gateway, http):
+    slow, fast = await sim(models=["m"], ttft=0.1), await sim(models=["small"])
+    two_bands = {"bands": [{"name": "gold", "weight": 4}, {"name": "bronze", "weight": 1}], "default_band": "gold"}
+    keys = {k: p for k, p in BANDS.items() if p.band != "silver"}
+    gw = await gateway([model("m", slow, concurrency=8, slo={"ttft_p99": "50ms"}, fallbacks=["small"]),
+                        model("small", fast)], keys=keys, admission=two_bands)
+    await asyncio.gather(*(_stream(http, gw, "k-gold") for _ in range(MIN_SAMPLES)))
+    status, _, body = await _stream(http, gw, "k-bronze")
+    assert status == 200 and b'"model":"small"' in body.replace(b" ", b"")
+    assert 'llmgw_fallbacks_total{model="m",reason="slo",served="small"} 1.0' in gw.metrics.exposition().decode()
