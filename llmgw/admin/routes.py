@@ -21,6 +21,7 @@ from llmgw.admin import handlers_data as hd
 from llmgw.admin import handlers_mail as hm
 from llmgw.admin import handlers_engines as he
 from llmgw.admin import handlers_facility as hf
+from llmgw.admin import handlers_federation as hfed
 from llmgw.admin import handlers_join as hj
 from llmgw.admin import handlers_logs as hl
 from llmgw.admin import handlers_notify as hn
@@ -142,6 +143,7 @@ TAGS = (
     ("people", "Organizations, teams, projects, people, keys and limits."),
     ("backups", "Archives of the store and the configuration, made on this control plane."),
     ("notify", "Notifications: events that need a person, sent to server.yaml's notify.sinks."),
+    ("federation", "Other llmgw clusters whose models this one serves as PEER/MODEL (server.yaml's federation.peers)."),
     ("meta", "This API's own description."),
 )
 
@@ -197,6 +199,8 @@ ROUTES: tuple[Route, ...] = (
     Route(method="POST", path="/nodes/{node}/engines", handler=he.install_engine, tag="cluster",
           response=EngineInstallStarted, request=EngineInstallRequest, params=NODE, status=202,
           action="nodes.engine-install", target="node:{node}", summary="Have a node install an engine"),
+    Route(method="GET", path="/federation/peers", handler=hfed.list_federation_peers, tag="federation",
+          response=hfed.FederationPeerList, summary="List the federation peers, whether each is up, and their models"),
     Route(method="GET", path="/models", handler=hc.list_models, tag="cluster", response=ModelList,
           summary="List the catalog"),
     Route(method="POST", path="/models", handler=hc.add_model, tag="cluster", response=ModelDetail,

@@ -20,6 +20,7 @@ from llmgw.cli import ctl_engines
 from llmgw.cli import ctl_facility
 from llmgw.cli import ctl_monitoring
 from llmgw.cli import ctl_signin
+from llmgw.cli import ctl_federation
 
 HELP = "Drive a running control plane through its admin API (every operation, --json)."
 DESCRIPTION = (
@@ -47,6 +48,7 @@ def register(sub) -> None:
     ctl_guard.register(ctl_sub)
     ctl_monitoring.register(ctl_sub)
     ctl_signin.register(ctl_sub)
+    ctl_federation.register(ctl_sub)
 
 
 def _usage(parser: argparse.ArgumentParser):

@@ -296,3 +296,43 @@ def test_server_yaml_with_a_bad_peer_is_refused_naming_each_key():
 async def http():
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+async def test_ctl_federation_list_shows_each_peer_up_or_down_with_its_models(cluster, tmp_path, capsys):
+    import asyncio
+
+    from llmgw.admin.app import make_admin_app
+    from llmgw.cli.main import main
+    from llmgw.server.live import GatewayLive
+
+    a, b, federation_key = await _pair(cluster)
+    mine = await a.tenancy.create_key(project="a/apps")
+    await wait_for(lambda: _has(a, mine.secret, "b/local"))
+    admin = make_admin_app(a.gw.config, a.store, token="admin-secret", live=GatewayLive(a.gw))
+    runner = web.AppRunner(admin, shutdown_timeout=0.5, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    token = tmp_path / "token"
+    token.write_text("admin-secret")
+    argv = ["ctl", "federation", "list", "--admin", f"http://127.0.0.1:{runner.addresses[0][1]}",
+            "--token-file", str(token)]
+    try:
+        capsys.readouterr()
+        assert await asyncio.to_thread(main, argv) == 0
+        out = capsys.readouterr().out
+        assert out.splitlines()[0].split() == ["PEER", "STATE", "URL", "MODELS", "REASON"]
+        assert out.splitlines()[1].split() == ["b", "up", b.url + "/v1", "b/local", "-"]
+        assert federation_key.secret not in out
+        await b.close()
+
+        async def down():
+            return not a.gw.federation.peers["b"].up
+        await wait_for(down, timeout=5)
+        assert await asyncio.to_thread(main, [*argv, "--json"]) == 0
+        import json
+
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["cluster_id"] == "a"
+        assert answer["peers"][0]["up"] is False and "cannot connect to 127.0.0.1" in answer["peers"][0]["reason"]
+    finally:
+        await runner.cleanup()
