@@ -136,6 +136,12 @@ async def test_a_model_the_peer_withdraws_is_withdrawn_here(cluster):
     a, b, _ = await _pair(cluster)
     mine = await a.tenancy.create_key(project="a/apps")
     await wait_for(lambda: _has(a, mine.secret, "b/local"))
+    import anthropic  # Anthropic's API here, translated, then OpenAI's to the peer
+
+    async with anthropic.AsyncAnthropic(base_url=a.url, api_key=mine.secret, max_retries=0) as claude:
+        said = await claude.messages.create(model="b/local", max_tokens=5,
+                                            messages=[{"role": "user", "content": "hello"}])
+    assert said.content[0].text
     b.gw.replicas.remove("local/node-1")
     b.gw.catalog.set_models([])  # B serves no model any more
 
