@@ -50,12 +50,11 @@ MODEL_RULES: dict[str, Any] = {
          "then": {"properties": {"profiles": {"items": {
              "required": ["engine"], "properties": {"engine": {"minLength": 1, "x-why": _NO_ENGINE}},
              "x-why": _NO_ENGINE}}}}},
-        # a model run on the cluster may have a replica
-        {"if": _nonempty("profiles"), "then": {"properties": {"scaling": {"properties": {"max": {
-            "minimum": 1, "x-why": "must be at least 1, or no replica would ever run"}}}}}},
     ],
     "x-llmgw-rules": [
         "scaling.min is at most scaling.max",
+        "in server.yaml, a model run on the cluster has scaling.max at least 1; a model added at run time "
+        "(POST /models) may have 0, which stops it without removing it",
         "profile names are unique within the model",
         "every fallback names another model of the catalog, not this one",
         "the name and aliases are not another model's name or alias",

@@ -86,8 +86,6 @@ def _model_schema() -> dict:
     ({"name": "m", "engine": "sim", "profiles": [{"gpus": 0, "nodes": 2}]}, "profiles[0].gpus: the profile runs on GPUs"),
     ({"name": "m", "engine": "sim", "profiles": [{}], "scaling": {"on_demand": True, "min": 1}},
      "scaling.min: must be 0 for an on-demand model"),
-    ({"name": "m", "engine": "sim", "profiles": [{}], "scaling": {"min": 0, "max": 0}},
-     "scaling.max: must be at least 1, or no replica would ever run"),
     ({"name": "two words", "engine": "sim", "profiles": [{}]}, "name: 'two words' is not a name without spaces"),
     ({"name": "m", "engine": "sim", "profiles": [{"cores": -1}]}, "profiles[0].cores: at least 0, got -1"),
 ])

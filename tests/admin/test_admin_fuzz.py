@@ -102,6 +102,8 @@ UNSTATED = {
     "admission.default_band: expected one of": "a band the configuration does not have",
     # A models[] entry's relations between fields and with the catalog (x-llmgw-rules, in words).
     "is more than max": "scaling.min above scaling.max",
+    # server.yaml's models need a max of 1 or more; a run-time model's 0 stops it (the same class, two rules).
+    "must be at least 1, or no replica would ever run": "a server.yaml model with scaling.max 0",
     "is less than the window's min": "a window's max below its min",
     "give the window some length": "a window from and to the same minute",
     "does not divide the replica's": "a parallel size that does not divide the cards",
