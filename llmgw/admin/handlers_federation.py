@@ -7,10 +7,11 @@ last read of each peer. It never shows a peer's key.
 
 from __future__ import annotations
 
+import socket
+
 import attrs
 
 from llmgw.admin.dispatch import Call
-from llmgw.admin.errors import ApiError
 from llmgw.admin.fields import field
 
 __all__ = ["FederationPeerInfo", "FederationPeerList", "list_federation_peers"]
@@ -38,12 +39,16 @@ class FederationPeerList:
 
 async def list_federation_peers(call: Call) -> FederationPeerList:
     """The federation peers server.yaml names, each with whether it is up, why not, and the models it
-    serves; 503 when no gateway runs in this server's process."""
+    serves. Where no gateway runs in this server's process, none is read here: each is listed down, saying so."""
     gateway = getattr(call.admin.live, "gateway", None)
     federation = getattr(gateway, "federation", None)
     if federation is None:
-        raise ApiError(503, "no gateway runs in this process, so no peer is read here; ask the control plane "
-                            "that serves the client API")
+        config = call.admin.config.federation
+        return FederationPeerList(cluster_id=config.cluster_id or socket.gethostname(), peers=[
+            FederationPeerInfo(name=p.name, url=p.url, up=False, models=[],
+                               reason="no gateway runs in this process, so the peer is not read here; ask the "
+                                      "control plane that serves the client API")
+            for p in config.peers])
     return FederationPeerList(cluster_id=federation.cluster_id, peers=[
         FederationPeerInfo(name=p.name, url=p.base_url, up=p.up, reason=p.reason, models=list(p.models))
         for p in federation.peers.values()])

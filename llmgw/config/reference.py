@@ -151,6 +151,9 @@ def _section(title: str, path: str, cl: type, instance: Any, doc: str) -> list[s
         lines += [text, ""]
     lines += ["| key | type | default | what it does |", "|---|---|---|---|"]
     nested: list[tuple[str, str, type, Any, str]] = []
+    # A module written with `from __future__ import annotations` leaves its types as text until something
+    # resolves them (cattrs does, at the first parse): resolved here, so the page never depends on that.
+    attrs.resolve_types(cl)
     for field in attrs.fields(cl):
         key = f"{path}.{yaml_key(field)}" if path else yaml_key(field)
         lines.append(
