@@ -335,6 +335,8 @@ class GuardRequest:
         if judge is None:
             answer = JudgeAnswer(None, errors=(("", "no_judge"),))
         else:
+            if getattr(self.principal, "in_cluster", "") or self.no_store:
+                judge = judge.within_cluster()  # residency: the text goes to no judge outside the cluster
             answer = await judge.ask(self.would.judge, messages, role)
         if answer.verdict is None:
             closed = self.enforced.fail == "closed" if e_action else self.would.fail == "closed"

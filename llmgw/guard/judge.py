@@ -21,6 +21,7 @@ guard judge ask` and the tests).
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import time
@@ -167,6 +168,16 @@ class Judge:
             return f"{name!r} has guard.format {model.format!r}, which no plugin reads (there are: {known})"
         reason = self.transport.ready(name)
         return None if reason is None else f"{name!r} cannot be asked now ({reason})"
+
+    def within_cluster(self) -> Judge:
+        """This judge asking only judges on the cluster's own engines (for a key whose requests must stay in
+        the cluster); itself when its transport cannot tell (a judge at an address the operator gave)."""
+        restricted = getattr(self.transport, "within_cluster", None)
+        if restricted is None:
+            return self
+        other = copy.copy(self)  # the cache and the metrics are shared: a verdict is about the text alone
+        other.transport = restricted()
+        return other
 
     async def ask(self, rules: JudgeRules, messages: Sequence[Mapping[str, str]], role: str) -> JudgeAnswer:
         """Ask the policy's judges in turn about `messages`; `role` is "user" (input) or "assistant" (output)."""

@@ -28,14 +28,30 @@ log = logs.get("llmgw.guard")
 class RouterTransport:
     """Judges asked at their replicas, through the gateway's admission and engine client."""
 
-    def __init__(self, gateway: Any) -> None:
+    def __init__(self, gateway: Any, *, cluster_only: bool = False) -> None:
         self.gateway = gateway
         bands = gateway.config.admission.bands
         self.band = bands[0].name if bands else gateway.admission.band_name(None)
+        #: residency: only judges the cluster's own scheduler runs (a key kept in the cluster, or no_store)
+        self.cluster_only = cluster_only
+        self._within: RouterTransport | None = None
+
+    def within_cluster(self) -> RouterTransport:
+        """The same transport asking only judges on the cluster's own engines."""
+        if self.cluster_only:
+            return self
+        if self._within is None:
+            self._within = RouterTransport(self.gateway, cluster_only=True)
+        return self._within
 
     def ready(self, model: str) -> str | None:
+        from llmgw.router.residency import in_cluster
+
         gw = self.gateway
-        if not gw.replicas.replicas_for(model):
+        replicas = gw.replicas.replicas_for(model)
+        if self.cluster_only:
+            replicas = [r for r in replicas if in_cluster(r)]
+        if not replicas:
             return "unavailable"
         return None if gw.admission.healthy(model) else "unavailable"
 
@@ -46,7 +62,7 @@ class RouterTransport:
 
         gw = self.gateway
         try:
-            grant = await gw.admission.acquire(model, self.band, Want())
+            grant = await gw.admission.acquire(model, self.band, Want(cluster_only=self.cluster_only))
         except GatewayError as exc:
             raise JudgeUnavailable("unavailable", f"{model!r}: {exc.message}") from None
         try:

@@ -244,3 +244,46 @@ async def test_a_judge_reads_a_streamed_answer_and_stops_it(judges, sim, guarded
     gw2 = await guarded(models, guard={"default": ["held"], "policies": policies})
     text, finishes = await stream(gw2.client())
     assert finishes == ["content_filter"] and text == ""
+
+
+async def test_a_key_kept_in_the_cluster_is_judged_only_by_judges_the_cluster_runs(judges, sim, guarded):
+    """Residency reaches the guardrails: a key whose requests must stay in the cluster never has its text sent
+    to a judge at an external provider; a judge the cluster's scheduler runs is asked instead, and with none
+    the policy's `fail` decides, as for any judge that cannot answer."""
+    from llmgw.auth.principal import Principal
+    from llmgw.router.replicas import Replica
+
+    outside, inside = await judges(), await judges()
+    engine = await sim(models=("echo",))
+    keys = {name: Principal(key_id=f"key-{name}", key_prefix=f"llmgw-{name}00", key_name=name, kind="service",
+                            org_id="org-1", team_id=None, project_id="prj-1", user_id=None, band=None,
+                            allowed_models=None, in_cluster="key" if name == "kept" else "")
+            for name in ("kept", "free")}
+    policy = {"default": ["safety"], "policies": {"safety": {"fail": "closed", "judge": {
+        "models": ["guard-out", "guard-in"], "input": "block", "latency_budget": "2s"}}}}
+    models = [{"name": "echo", "profiles": [{"engine": "sim"}]},
+              {"name": "guard-out", "role": "guard", "guard": {"format": "qwen3guard"},
+               "endpoints": [{"url": outside.url}]},
+              {"name": "guard-in", "role": "guard", "guard": {"format": "qwen3guard"},
+               "profiles": [{"engine": "sim"}]}]
+    gw = await guarded(models, guard=policy, keys={f"sk-{k}": p for k, p in keys.items()})
+    gw.gateway.replicas.add(Replica(id="echo/n1", model="echo", base_url=engine.url + "/v1", source="control"))
+    kept = gw.client("sk-kept")
+
+    # Only the outside judge runs: the kept key's text goes nowhere, and fail: closed blocks it.
+    with pytest.raises(openai.APIStatusError) as blocked:
+        await kept.chat.completions.create(model="echo", messages=[{"role": "user", "content": "kept words"}])
+    assert blocked.value.status_code in (400, 503)
+    assert outside.bodies == []
+
+    # The cluster runs a judge too: it is asked, the outside one still is not.
+    gw.gateway.replicas.add(Replica(id="guard-in/n1", model="guard-in", base_url=inside.url, source="control"))
+    fine = await kept.chat.completions.create(model="echo", messages=[{"role": "user", "content": "kept words"}])
+    assert fine.choices[0].message.content == "kept words"
+    assert [b["messages"][-1]["content"] for b in inside.bodies][-1].endswith("kept words")
+    assert outside.bodies == []
+
+    # A key free to leave the cluster is judged by the first judge, outside.
+    free = gw.client("sk-free")
+    await free.chat.completions.create(model="echo", messages=[{"role": "user", "content": "free words"}])
+    assert any("free words" in str(b) for b in outside.bodies)
