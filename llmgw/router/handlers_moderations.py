@@ -33,6 +33,7 @@ from llmgw.guard.judge import Judge, JudgeModel, JudgeUnavailable, judge_models
 from llmgw.guard.policy import JudgeRules
 from llmgw.obs import logs
 from llmgw.router import pipeline
+from llmgw.router import residency
 from llmgw.router.body import read_json_body
 from llmgw.router.choose import Want
 from llmgw.router.errors import CANCELLED, ERROR, JSON, GatewayError, bad_request, dumps, loads
@@ -147,15 +148,20 @@ def choose_judge(gw: Gateway, asked: Any) -> tuple[str, JudgeModel]:
 class ClientJudgeTransport:
     """A judge asked for a client: room on its replica in the key's band, the tokens added to the call."""
 
-    def __init__(self, gw: Gateway, call: pipeline.Call, deadline: float | None) -> None:
+    def __init__(self, gw: Gateway, call: pipeline.Call, deadline: float | None, *, cluster_only: bool = False) -> None:
         self.gw, self.call, self.deadline = gw, call, deadline
+        self.cluster_only = cluster_only  #: residency: only the judge's replicas the cluster runs
 
     def ready(self, model: str) -> str | None:
-        return None if self.gw.replicas.replicas_for(model) else "unavailable"
+        replicas = self.gw.replicas.replicas_for(model)
+        if self.cluster_only:
+            replicas = [r for r in replicas if residency.in_cluster(r)]
+        return None if replicas else "unavailable"
 
     async def ask(self, model: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         gw, call = self.gw, self.call
-        grant = await gw.admission.acquire(model, call.band, Want())  # a GatewayError: the client's answer
+        # a GatewayError: the client's answer
+        grant = await gw.admission.acquire(model, call.band, Want(cluster_only=self.cluster_only))
         try:
             replica = grant.replica
             call.replica, call.model_served = replica.id, model
@@ -203,12 +209,15 @@ async def moderations(request: web.Request) -> web.Response:
         call.model_asked = body["model"] if isinstance(body.get("model"), str) else name
         call.model = name
         pipeline._read_request(call, request, {**body, "model": call.model_asked})
+        kept = residency.in_cluster_reason(gw, principal)
+        if kept and not residency.served_in_cluster(gw, name):
+            raise residency.refusal(name, kept)  # the texts would leave the cluster for the judge
         reservation = await gw.accountant.admit(principal, name, prompt_tokens=max(1, len(body_bytes) // 4),
                                                 max_tokens=VERDICT_TOKENS * len(texts))
         call.band = gw.band_for(request, principal)
         total = gw.timeouts.total
         deadline = call.started + total if total else None
-        transport = ClientJudgeTransport(gw, call, deadline)
+        transport = ClientJudgeTransport(gw, call, deadline, cluster_only=bool(kept))
         judge = Judge({name: judge_model}, _formats(gw), transport, cache_seconds=0)
         rules = JudgeRules(models=(name,), input="flag", latency_budget=total or JUDGE_WAIT)
         room = asyncio.Semaphore(JUDGED_AT_ONCE)

@@ -163,3 +163,26 @@ async def test_a_key_over_its_limit_is_refused_moderation(gateway, judge_engine)
     assert refused.value.body["code"] == "budget_exceeded" and not seen, "the judge was not asked"
     (row,) = await gw.settle(1)
     assert (row.status, row.outcome) == (429, "refused")
+
+
+async def test_a_key_held_in_the_cluster_is_not_moderated_by_a_judge_outside_it(gateway, judge_engine):
+    """Residency: a judge served by an external provider never gets a kept key's texts; a judge the cluster
+    runs moderates them."""
+    import attrs
+
+    from llmgw.router.replicas import Replica
+
+    url, seen = await judge_engine("json")
+    kept = attrs.evolve(principal("key-k"), in_cluster="key")
+    gw = await gateway([judge("guard-j", url, "json")], keys={"sk-k": kept, "sk-f": principal("key-f")})
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        await gw.client("sk-k").moderations.create(input="kept words")
+    assert refused.value.body["code"] == "residency_in_cluster" and not seen
+    assert (await gw.client("sk-f").moderations.create(input="free words")).results[0].flagged is False
+    assert len(seen) == 1
+
+    inside, seen_inside = await judge_engine("json")
+    gw.gateway.replicas.add(Replica(id="guard-j/n1", model="guard-j", base_url=inside, source="control"))
+    answer = await gw.client("sk-k").moderations.create(input="kept words")
+    assert answer.results[0].flagged is False
+    assert len(seen_inside) == 1 and len(seen) == 1
