@@ -131,7 +131,10 @@ async def test_leader_standby_and_an_agent_that_follows_the_lease(tmp_path, aioh
         # The engine was adopted, not started again.
         assert [r.id for r in replicas2.replicas_for("tiny")] == [replica.id]
         assert len(agent.shards) == 1
-        assert agent.welcomes[-1] == f"ws://127.0.0.1:{cp2.agent_port}/agent/v1"
+        # The new leader publishes the adopted replica as it takes the registration; the agent's side of the
+        # session (its welcome) may come a moment after.
+        await until(lambda: agent.welcomes[-1] == f"ws://127.0.0.1:{cp2.agent_port}/agent/v1", timeout=5,
+                    what="the agent's session with the new leader")
         r2 = await client2.get("/leader")
         assert r2.status == 200 and (await r2.json())["epoch"] == 2
     finally:
