@@ -15,6 +15,7 @@ naming the leader.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 

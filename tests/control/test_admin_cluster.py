@@ -90,3 +90,31 @@ async def test_the_admin_api_steers_the_control_plane(tmp_path):
         await agent.stop()
         await plane.stop()
         await store.close()
+
+
+async def test_the_admin_api_holds_and_releases_a_domain_on_the_real_control_plane(tmp_path):
+    from llmgw.admin.facility_types import HoldCreate
+
+    store = await open_store(f"sqlite:///{tmp_path}/store.db")
+    slot = ControlPlaneSlot()
+    cluster = AdminCluster(slot)
+    plane = ControlPlane(server_config(), store, ReplicaSet(), engines=ENGINES, holder="cp-1")
+    try:
+        await plane.start()
+        slot.plane = plane
+        assert await plane.leadership.wait_leading(3)
+        hold = await cluster.hold(HoldCreate(domain="rack:r1", reason="PDU swap", until="2h"), actor="ann")
+        assert hold.domain == "rack:r1" and hold.until.endswith("+00:00") and hold.active
+        report = await cluster.facility()
+        assert [h.domain for h in report.holds] == ["rack:r1"] and report.holds[0].reason == "PDU swap"
+        with pytest.raises(ClusterInvalid, match="^domain: 'shelf:1' is not a domain"):
+            await cluster.hold(HoldCreate(domain="shelf:1", reason="x"), actor="ann")
+        with pytest.raises(ClusterInvalid, match="^until: 'soon' is not a time"):
+            await cluster.hold(HoldCreate(domain="rack:r1", reason="x", until="soon"), actor="ann")
+        released = await cluster.release("rack:r1", actor="ann")
+        assert released.domain == "rack:r1" and not released.active
+        with pytest.raises(ClusterNotFound, match="rack:r1 is not held"):
+            await cluster.release("rack:r1", actor="ann")
+    finally:
+        await plane.stop()
+        await store.close()
