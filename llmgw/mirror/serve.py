@@ -258,7 +258,10 @@ async def send_file(request: web.Request, path: Path) -> web.StreamResponse:
             chunk = await loop.run_in_executor(None, f.read, min(CHUNK, left))
             if not chunk:
                 break  # the file shrank under us; the client sees a short body
-            await response.write(chunk)
+            try:
+                await response.write(chunk)
+            except ConnectionResetError:
+                return response  # the client went away (a range read it cut short): nothing to log
             left -= len(chunk)
             if METRICS in request.app:
                 request.app[METRICS].bytes_served.inc(len(chunk))
