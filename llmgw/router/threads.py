@@ -119,9 +119,12 @@ async def engine_context(gw: Gateway, known: dict[str, tuple[int, float]], model
         return cached[0] or None
     found = None
     session = gw.upstream.session
-    for replica in gw.replicas.replicas_for(model)[:3]:
-        if session is None:
-            break
+    replicas = gw.replicas.replicas_for(model)[:3]
+    if session is None or not replicas:
+        # nobody asked (no replica yet: a cluster model being placed, as under `llmgw up`): nothing is
+        # remembered, so the first replica to come is asked at the next request, not a minute later
+        return None
+    for replica in replicas:
         headers = {"Authorization": "Bearer " + replica.api_key.reveal()} if replica.api_key is not None else {}
         listing = await _get_json(session, replica.base_url + "/models", headers, replica.id)
         found, exact = _context_in(listing, replica.name_at_engine)

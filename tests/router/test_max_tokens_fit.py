@@ -170,3 +170,20 @@ async def test_a_provider_that_does_not_say_its_context_is_not_fitted(gateway, h
     finally:
         await runner.cleanup()
 
+
+
+async def test_a_cluster_models_first_replica_is_asked_its_context_at_once(sim, gateway):
+    """`llmgw up`: its first request comes while the model is being placed (503); the replica that comes
+    then is asked its context at the next request, not a minute later (claude -p's 32000 was refused)."""
+    from llmgw.router.replicas import Replica
+
+    gw = await gateway([model("m")])  # a cluster model: no replica until the scheduler runs one
+    with pytest.raises(openai.APIStatusError) as caught:
+        await gw.client().chat.completions.create(model="m", messages=QUESTION, max_tokens=8)
+    assert caught.value.status_code == 503
+    engine = await sim(models=["m"], context_length=CONTEXT)
+    gw.gateway.replicas.add(Replica(id="m-1", model="m", base_url=engine.url + "/v1", source="control"))
+    raw = await gw.client().chat.completions.with_raw_response.create(model="m", messages=QUESTION,
+                                                                      max_tokens=200000)
+    assert 0 < int(raw.headers[FITTED_HEADER]) < CONTEXT
+    assert raw.parse().choices[0].finish_reason == "length"
