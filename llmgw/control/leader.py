@@ -146,6 +146,8 @@ class Leadership:
         self._waiters: list[asyncio.Future] = []
         self._stopping = False
         self._task: asyncio.Task | None = None
+        #: more for GET /leader: the role and the replica view's age (llmgw.control.replica_view)
+        self.describe_more: Callable[[], dict[str, Any]] | None = None
 
     @property
     def interval(self) -> float:
@@ -171,6 +173,7 @@ class Leadership:
             "epoch": self.epoch if self.leading else (lease.epoch if lease else 0),
             "lease_ttl_s": self.ttl,
             "error": self.last_error or None,
+            **(self.describe_more() if self.describe_more is not None else {}),
         }
 
     # -- running ----------------------------------------------------------------

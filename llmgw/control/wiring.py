@@ -55,6 +55,7 @@ def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: b
     slot = install_control_plane(app, config, app[GATEWAY].replicas, **options)
     app[GATEWAY].control = slot  # the router starts on-demand models through it
     app.cleanup_ctx.append(_router_follows_catalog)  # after the control plane's: it serves its whole catalog
+    app.cleanup_ctx.append(_replica_view)  # active-active: a standby serves the leader's replicas too
     app[GATEWAY].metrics.bind(model_updates=lambda: slot.plane.updates.available() if slot.plane else ())
     from llmgw.obs.control_metrics import PlaneCollector
 
@@ -84,6 +85,36 @@ async def _router_follows_catalog(app: web.Application) -> AsyncIterator[None]:
     finally:
         await cancel_and_wait(task)
         stop_following()
+
+
+async def _replica_view(app: web.Application) -> AsyncIterator[None]:
+    """The leader writes its replica set to the store; a standby's router serves from it (replica_view.py)."""
+    from llmgw.control.replica_view import ReplicaView, ReplicaViewCollector
+    from llmgw.control.service import CONTROL_PLANE
+    from llmgw.router.gateway import GATEWAY
+
+    plane = app[CONTROL_PLANE].plane
+    if plane is None or plane.reconciler is None:
+        yield
+        return
+    control = plane.config.control
+    ttl = control.lease_ttl.total_seconds()
+    view = ReplicaView(plane.store, plane.replicas, plane.leadership, plane.reconciler.keys, max_age=2 * ttl,
+                       adopt_grace=max(control.heartbeat_window.total_seconds(),
+                                       3 * plane.endpoint.heartbeat_interval))
+    plane.replica_view = view
+    plane.leadership.describe_more = view.describe
+    app[GATEWAY].health_more = view.describe
+    collector = ReplicaViewCollector(view)
+    app[GATEWAY].metrics.registry.register(collector)
+    view.start()
+    try:
+        yield
+    finally:
+        await view.stop()
+        app[GATEWAY].metrics.registry.unregister(collector)
+        plane.leadership.describe_more = None
+        app[GATEWAY].health_more = None
 
 
 async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, config_path: str | None,

@@ -128,6 +128,12 @@ METRICS: tuple[MetricDef, ...] = tuple([
     *_defs("Control plane", ("server",),
            ("llmgw_leader", "gauge", "1 on the control plane that leads (schedules, takes agents), 0 on a standby.",
             ()),
+           ("llmgw_replica_view_age_seconds", "gauge",
+            "How old this gateway's copy of the leader's replica set is (0 on the leader; a standby serves from it "
+            "while under twice control.lease_ttl).", ()),
+           ("llmgw_replica_view_stale", "gauge",
+            "1 while this standby's copy of the leader's replica set is too old to serve from: it refuses "
+            "requests for the cluster's models with a 503 saying why.", ()),
            ("llmgw_lease_renewals_total", "counter", "Leadership lease renewals this control plane made.", ()),
            ("llmgw_lease_renewal_failures_total", "counter",
             "Leadership lease renewals that failed (the store did not answer, or another holds the lease).", ()),

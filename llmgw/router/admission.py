@@ -32,8 +32,10 @@ from llmgw.router.slo import SloWatch
 class NoReplica(GatewayError):
     """The model has no replica, or none is healthy: fallbacks may serve it."""
 
-    def __init__(self, model: str, known: int, retry_after: float | None = None) -> None:
-        if known:
+    def __init__(self, model: str, known: int, retry_after: float | None = None, why: str = "") -> None:
+        if why and not known:  # a standby whose copy of the leader's replicas is stale (llmgw.control.replica_view)
+            message = f"no replica is serving {model!r} here: {why}"
+        elif known:
             message = (f"every replica of {model!r} is failing ({known} ejected after errors); "
                        "they are tried again shortly")
         else:
@@ -183,14 +185,14 @@ class Admission:
         now = self.clock()
         replicas = self.replicas.replicas_for(model)
         if want.cluster_only:  # residency: the cluster's own replicas alone
-            replicas = [r for r in replicas if r.source == "control"]
+            replicas = [r for r in replicas if r.in_cluster]
         if want.routing is not None and want.routing.labels:  # routing profiles: its nodes' replicas alone
             replicas = [r for r in replicas if admits(want.routing, r)]
             if not replicas:
                 raise NotInProfile(model, want.routing.name, want.routing.labels)
         if not any(r.usable(now) for r in replicas):
             soonest = min((r.health.ejected_until - now for r in replicas), default=None)
-            raise NoReplica(model, len(replicas), retry_after=soonest)
+            raise NoReplica(model, len(replicas), retry_after=soonest, why=self.replicas.unavailable_reason)
         queue = self._queues.get(model)
         if queue is None or queue.size == 0:
             candidates = [r for r in replicas if r.has_room() and r.usable(now)]

@@ -42,7 +42,7 @@ def admits(profile: RoutingProfile, replica: Replica) -> bool:
     """routing profiles: with labels, only a cluster replica on a node having them all serves the profile."""
     if not profile.labels:
         return True
-    return replica.source == "control" and all(replica.labels.get(k) == v for k, v in profile.labels.items())
+    return replica.in_cluster and all(replica.labels.get(k) == v for k, v in profile.labels.items())
 
 #: Characters of prompt text per prefix block (roughly 64 tokens).
 BLOCK_CHARS = 256
@@ -177,7 +177,7 @@ class Chooser:
         if want.exclude:
             candidates = [r for r in candidates if r.id not in want.exclude]
         if want.cluster_only:
-            candidates = [r for r in candidates if r.source == "control"]
+            candidates = [r for r in candidates if r.in_cluster]
         if want.routing is not None and want.routing.labels:  # routing profiles: only its nodes' replicas
             candidates = [r for r in candidates if admits(want.routing, r)]
         if not candidates:

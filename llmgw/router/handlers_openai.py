@@ -109,8 +109,10 @@ def _stringify(value):
 
 
 async def health(request: web.Request) -> web.Response:
-    """Alive: the process answers. Nothing else is checked."""
-    return _json({"status": "ok"})
+    """Alive: the process answers. Nothing else is checked; a control plane's gateway adds its role and how old
+    its replica set is (llmgw.control.replica_view)."""
+    more = getattr(request.app[GATEWAY], "health_more", None)
+    return _json({"status": "ok", **more()} if more is not None else {"status": "ok"})
 
 
 async def ready(request: web.Request) -> web.Response:

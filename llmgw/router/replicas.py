@@ -39,6 +39,9 @@ EJECT_BACKOFF_MAX = 120.0
 STALE_AFTER_SCRAPES = 3
 
 ChangeKind = Literal["added", "updated", "removed"]
+#: Sources of the cluster's own replicas: placed by this control plane's reconciler ("control"), or copied
+#: by a standby from the leader's set ("view", llmgw.control.replica_view).
+CLUSTER_SOURCES = ("control", "view")
 
 
 @attrs.define(slots=True)
@@ -90,6 +93,11 @@ class Replica:
     load: EngineLoad = attrs.Factory(EngineLoad)
     last_chosen: float = 0.0
     served: int = 0
+
+    @property
+    def in_cluster(self) -> bool:
+        """Run by the cluster's agents: placed by this control plane, or copied from the leader's set."""
+        return self.source in CLUSTER_SOURCES
 
     @property
     def name_at_engine(self) -> str:
@@ -164,6 +172,9 @@ class ReplicaSet:
         self._by_id: dict[str, Replica] = {}
         self._by_model: dict[str, list[Replica]] = {}
         self._listeners: list[Listener] = []
+        #: why a model with no replica here cannot be served (a standby's stale copy of the leader's replicas,
+        #: llmgw.control.replica_view); empty: nothing to add to "no replica is serving"
+        self.unavailable_reason = ""
         for replica in replicas:
             self.add(replica)
 
@@ -192,7 +203,8 @@ class ReplicaSet:
         if replica.id in self._by_id:
             return self.update(replica.id, base_url=replica.base_url, engine_model=replica.engine_model,
                                api_key=replica.api_key, max_concurrency=replica.max_concurrency,
-                               metrics_url=replica.metrics_url)
+                               metrics_url=replica.metrics_url, labels=replica.labels, api=replica.api,
+                               source=replica.source)  # a copied replica adopted: the reconciler's now
         self._by_id[replica.id] = replica
         self._by_model.setdefault(replica.model, []).append(replica)
         self._notify(ReplicaChange("added", replica))

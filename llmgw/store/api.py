@@ -45,6 +45,7 @@ from .records import (
     Organization,
     PasswordReset,
     Project,
+    ReplicaView,
     ResolvedKey,
     Setting,
     SettingChange,
@@ -438,6 +439,21 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_lease(self, name: str) -> Lease | None:
         """The lease as last taken (check ``held_at`` for whether it still is)."""
+
+    # ---- replica views (llmgw.control.replica_view) ---------------------------
+
+    @abc.abstractmethod
+    async def publish_replica_view(self, name: str, holder: str, epoch: int, body: str) -> int | None:
+        """Write the view ``name`` (its version grows when ``body`` differs) and confirm it now; None when a
+        leader of a newer epoch wrote it meanwhile. Returns the version."""
+
+    @abc.abstractmethod
+    async def confirm_replica_view(self, name: str, holder: str, epoch: int) -> bool:
+        """Say the view still stands (its ``confirmed_at`` is now); False when it is not ours in this epoch."""
+
+    @abc.abstractmethod
+    async def get_replica_view(self, name: str, *, unless_version: int | None = None) -> ReplicaView | None:
+        """The view as last written (None: never); its body left out when its version is ``unless_version``."""
 
     # ---- the run-time catalog ----------------------------------------------
 

@@ -285,6 +285,20 @@ class Lease:
 
 
 @attrs.frozen(kw_only=True)
+class ReplicaView:
+    """The replica set a leading control plane serves, as it last wrote it for the standbys (replica views).
+    ``body`` is None when read with ``unless_version`` equal to ``version`` (nothing changed since)."""
+
+    name: str
+    holder: str
+    epoch: int
+    version: int  # grows whenever the body changes
+    body: str | None
+    changed_at: dt.datetime  # when the body last changed
+    confirmed_at: dt.datetime  # when the leader last said it still stands
+
+
+@attrs.frozen(kw_only=True)
 class AuditEvent:
     id: int
     at: dt.datetime

@@ -15,6 +15,7 @@ from .records import (
     USAGE_GROUPS,
     AuditEvent,
     Lease,
+    ReplicaView,
     Setting,
     SettingChange,
     UsageRow,
@@ -442,6 +443,60 @@ class SQLOps(SQLStoreBase):
 
         r = await self._read(work)
         return None if r is None else self._lease(r)
+
+    # ---- replica views (llmgw.control.replica_view) -------------------------
+
+    async def publish_replica_view(self, name: str, holder: str, epoch: int, body: str) -> int | None:
+        name = v.check_text(name, "view name", max_len=v.MAX_NAME)
+        holder = v.check_text(holder, "view holder")
+        epoch = v.check_int(epoch, "epoch", minimum=1)
+        if not isinstance(body, str):
+            raise Invalid("replica view: body must be JSON text")
+        t_now = self._t(self._now())
+        same = "replica_views.body = excluded.body AND replica_views.epoch = excluded.epoch"
+        sql = (
+            "INSERT INTO replica_views (name, holder, epoch, version, body, changed_at, confirmed_at)"
+            " VALUES (?, ?, ?, 1, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+            f" version = CASE WHEN {same} THEN replica_views.version ELSE replica_views.version + 1 END,"
+            f" changed_at = CASE WHEN {same} THEN replica_views.changed_at ELSE excluded.changed_at END,"
+            " holder = excluded.holder, epoch = excluded.epoch, body = excluded.body,"
+            " confirmed_at = excluded.confirmed_at"
+            " WHERE replica_views.epoch <= excluded.epoch RETURNING version"
+        )
+
+        async def work(tx: Tx) -> int | None:
+            r = await tx.fetchrow(sql, name, holder, epoch, body, t_now, t_now)
+            return None if r is None else int(r["version"])
+
+        return await self._write(work)
+
+    async def confirm_replica_view(self, name: str, holder: str, epoch: int) -> bool:
+        name = v.check_text(name, "view name", max_len=v.MAX_NAME)
+        holder = v.check_text(holder, "view holder")
+        epoch = v.check_int(epoch, "epoch", minimum=1)
+        t_now = self._t(self._now())
+
+        async def work(tx: Tx) -> int:
+            return await tx.execute("UPDATE replica_views SET confirmed_at = ? WHERE name = ? AND holder = ?"
+                                    " AND epoch = ?", t_now, name, holder, epoch)
+
+        return await self._write(work) > 0
+
+    async def get_replica_view(self, name: str, *, unless_version: int | None = None) -> ReplicaView | None:
+        name = v.check_text(name, "view name", max_len=v.MAX_NAME)
+        known = -1 if unless_version is None else v.check_int(unless_version, "unless_version", minimum=0)
+
+        async def work(tx: Tx) -> Any:
+            return await tx.fetchrow(
+                "SELECT name, holder, epoch, version, CASE WHEN version = ? THEN NULL ELSE body END AS body,"
+                " changed_at, confirmed_at FROM replica_views WHERE name = ?", known, name)
+
+        r = await self._read(work)
+        if r is None:
+            return None
+        return ReplicaView(name=r["name"], holder=r["holder"], epoch=int(r["epoch"]), version=int(r["version"]),
+                           body=r["body"], changed_at=self._dt(r["changed_at"]),
+                           confirmed_at=self._dt(r["confirmed_at"]))
 
     # ---- audit -------------------------------------------------------------
 
