@@ -101,6 +101,10 @@ def register(sub) -> None:
     add_json_flag(p)
     p.set_defaults(handler=run_search)
 
+    from llmgw.cli import release_cmd  # releases kept in the mirror (llmgw.release)
+
+    release_cmd.register_mirror(cmds, _dir)
+
 
 def _no_subcommand(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ __all__ = [
     "BackoffConfig",
     "ControlConfig",
     "MirrorConfig",
+    "ReleasesConfig",
     "GuardConfig",
     "NotifySink",
     "NotifyConfig",
@@ -453,6 +454,21 @@ class MirrorConfig:
 
 
 @attrs.frozen
+class ReleasesConfig:
+    """Which signed llmgw releases this cluster takes in (llmgw release, docs/releases.md)."""
+
+    trusted_keys: list[str] = setting(
+        factory=list,
+        doc="Public release keys trusted beside the ones built into llmgw: each a PEM file's path (relative to "
+        "this file's folder) or the base64 of the key, as `llmgw release keygen` wrote it.",
+    )
+    revoked_keys: list[str] = setting(
+        factory=list,
+        doc="Key ids (16 hex digits) never trusted, wherever else they are named, the built-in keys included.",
+    )
+
+
+@attrs.frozen
 class GuardConfig:
     """Guardrails: checks on what goes to a model and what comes back."""
 
@@ -816,6 +832,7 @@ class ServerConfig:
     federation: FederationConfig = section(
         FederationConfig, doc="Other llmgw clusters whose models this one serves as PEER/MODEL."
     )
+    releases: ReleasesConfig = section(ReleasesConfig, doc="The keys signed releases must be signed by.")
     models: list[ModelConfig] = setting(factory=list, doc="The models this file declares.")
 
     def model(self, name: str) -> ModelConfig | None:
