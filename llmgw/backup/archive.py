@@ -1,7 +1,8 @@
 """The backup archive: its name, its manifest, writing it safely, reading it back only when it is whole.
 
 An archive is one gzip-compressed tar file, `llmgw-backup-YYYYmmddTHHMMSSZ.tar.gz`
-(a `-2`, `-3` … before `.tar.gz` when two are made in the same second):
+(a `-2`, `-3` … before `.tar.gz` when two are made in the same second), or
+that file encrypted with age, `….tar.gz.age` (llmgw.backup.seal):
 
     manifest.json            what is in it: llmgw's version, when, the store's kind and
                              schema version, and each file with its size, sha256 and mode
@@ -10,6 +11,9 @@ An archive is one gzip-compressed tar file, `llmgw-backup-YYYYmmddTHHMMSSZ.tar.g
     config/…                 the folder server.yaml is in, as it was
     files/…                  files server.yaml names outside that folder (the admin token,
                              certificates, file: secrets), under their absolute paths
+
+The manifest also counts the rows of each table of a SQLite store's copy,
+which the restore drill (llmgw.backup.drill) checks a restored store against.
 
 It is written under a temporary name, flushed to disk and renamed, mode 0600
 (it holds key and password hashes and private keys), with its sha256 in
@@ -32,11 +36,14 @@ import tarfile
 import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 
 from llmgw.compat import fromisoformat
+
+if TYPE_CHECKING:
+    from llmgw.backup.seal import Opener, Sealer
 
 __all__ = [
     "FORMAT",
@@ -50,7 +57,9 @@ __all__ = [
     "fsync_dir",
     "list_archives",
     "prune",
+    "is_archive_name",
     "read_member",
+    "read_members",
     "sha256_of",
     "verify",
     "write_archive",
@@ -60,7 +69,8 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 PREFIX = "llmgw-backup-"
 SUFFIX = ".tar.gz"
-_NAME = re.compile(r"llmgw-backup-(\d{8}T\d{6}Z)(?:-(\d+))?\.tar\.gz")
+SEALED_SUFFIX = ".tar.gz.age"
+_NAME = re.compile(r"llmgw-backup-(\d{8}T\d{6}Z)(?:-(\d+))?\.tar\.gz(\.age)?")
 _TIME = "%Y%m%dT%H%M%SZ"
 _ROLES = ("store", "config", "file")
 _CHUNK = 1 << 20
@@ -102,6 +112,8 @@ class Manifest:
     store_source: str  #: the SQLite file, or the PostgreSQL address with its password hidden
     config_path: str | None  #: server.yaml's path when the configuration is in the archive
     files: tuple[ManifestFile, ...]
+    #: rows in each table of the store's copy (SQLite); None when not counted (PostgreSQL, an older llmgw)
+    counts: dict[str, int] | None = None
     format: int = FORMAT
 
     @property
@@ -124,6 +136,7 @@ class Manifest:
             "store": {"kind": self.store_kind, "schema_version": self.schema_version, "source": self.store_source},
             "config": {"path": self.config_path} if self.config_path else None,
             "files": [f.as_json() for f in self.files],
+            **({"counts": dict(self.counts)} if self.counts is not None else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -144,10 +157,13 @@ class Manifest:
                              mode=int(str(f["mode"]), 8), role=str(f["role"]), source=str(f.get("source", "")))
                 for f in data["files"]
             )
+            counts = data.get("counts")
+            if counts is not None:
+                counts = {str(table): int(rows) for table, rows in dict(counts).items()}
             manifest = cls(llmgw_version=str(data["llmgw_version"]), created=_parse_time(data["created"]),
                            host=str(data.get("host", "")), store_kind=str(store["kind"]),
                            schema_version=int(store["schema_version"]), store_source=str(store.get("source", "")),
-                           config_path=config.get("path") or None, files=files)
+                           config_path=config.get("path") or None, files=files, counts=counts)
         except ArchiveDamaged:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -188,9 +204,14 @@ def _safe_name(name: str, role: str) -> bool:
 # ---------------------------------------------------------------- names and the folder
 
 
-def archive_name(created: dt.datetime, n: int = 1) -> str:
+def archive_name(created: dt.datetime, n: int = 1, *, sealed: bool = False) -> str:
     stamp = created.astimezone(dt.UTC).strftime(_TIME)
-    return f"{PREFIX}{stamp}{'' if n <= 1 else f'-{n}'}{SUFFIX}"
+    return f"{PREFIX}{stamp}{'' if n <= 1 else f'-{n}'}{SEALED_SUFFIX if sealed else SUFFIX}"
+
+
+def is_archive_name(name: str) -> bool:
+    """Whether `name` is one llmgw gives its archives (clear or encrypted)."""
+    return _name_key(name) is not None
 
 
 def _name_key(name: str) -> tuple[str, int] | None:
@@ -207,6 +228,10 @@ class ArchiveEntry:
     size: int
     created: dt.datetime
     sha256: str | None  #: from NAME.sha256 beside it; None when that is missing or unreadable
+
+    @property
+    def encrypted(self) -> bool:
+        return self.name.endswith(".age")
 
 
 def list_archives(folder: str) -> list[ArchiveEntry]:
@@ -312,36 +337,48 @@ def fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def write_archive(folder: str, manifest: Manifest, staged: dict[str, str]) -> tuple[str, int, str]:
+def write_archive(folder: str, manifest: Manifest, staged: dict[str, str],
+                  sealer: Sealer | None = None) -> tuple[str, int, str, Opener | None]:
     """Write the archive of `manifest` into `folder`; `staged` maps each file's name to where it is on disk.
 
-    Returns (path, size, sha256). The archive appears under its final name
-    only once complete and on disk; a failure leaves nothing behind.
+    Returns (path, size, sha256, what opens it: None when it is in clear).
+    With `sealer` the tar.gz is encrypted on its way to the disk. The
+    archive appears under its final name only once complete and on disk; a
+    failure leaves nothing behind.
     """
     fd, tmp = tempfile.mkstemp(prefix=".llmgw-backup-", suffix=".partial", dir=folder)
+    opener = None
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "wb") as raw:
             writer = _HashingWriter(raw)
-            # gzip by hand: tarfile's stream mode takes no compression level before Python 3.12.
-            with gzip.GzipFile(fileobj=writer, mode="wb", compresslevel=6, mtime=int(manifest.created.timestamp())) \
-                    as gz, tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                manifest_bytes = manifest.to_bytes()
-                tar.addfile(_member(MANIFEST, len(manifest_bytes), manifest.created), io.BytesIO(manifest_bytes))
-                for f in manifest.files:
-                    with open(staged[f.name], "rb") as src:
-                        tar.addfile(_member(f.name, f.size, manifest.created), src)
+            if sealer is None:
+                _write_tar_gz(writer, manifest, staged)
+            else:
+                with sealer.writer(writer) as (plain, opener):
+                    _write_tar_gz(plain, manifest, staged)
             raw.flush()
             os.fsync(raw.fileno())
         digest = writer.digest.hexdigest()
-        final = _place(folder, tmp, manifest.created)
+        final = _place(folder, tmp, manifest.created, sealed=sealer is not None)
     except BaseException:
         _remove_quietly(tmp)
         raise
     name = os.path.basename(final)
     _write_private(final + ".sha256", f"{digest}  {name}\n".encode())
     fsync_dir(folder)
-    return final, writer.size, digest
+    return final, writer.size, digest, opener
+
+
+def _write_tar_gz(out: IO[bytes], manifest: Manifest, staged: dict[str, str]) -> None:
+    # gzip by hand: tarfile's stream mode takes no compression level before Python 3.12.
+    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=int(manifest.created.timestamp())) \
+            as gz, tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        manifest_bytes = manifest.to_bytes()
+        tar.addfile(_member(MANIFEST, len(manifest_bytes), manifest.created), io.BytesIO(manifest_bytes))
+        for f in manifest.files:
+            with open(staged[f.name], "rb") as src:
+                tar.addfile(_member(f.name, f.size, manifest.created), src)
 
 
 def _member(name: str, size: int, when: dt.datetime) -> tarfile.TarInfo:
@@ -353,10 +390,10 @@ def _member(name: str, size: int, when: dt.datetime) -> tarfile.TarInfo:
     return info
 
 
-def _place(folder: str, tmp: str, created: dt.datetime) -> str:
+def _place(folder: str, tmp: str, created: dt.datetime, *, sealed: bool = False) -> str:
     """Give the finished archive its name, never replacing another (a link fails where the name is taken)."""
     for n in range(1, 1000):
-        final = os.path.join(folder, archive_name(created, n))
+        final = os.path.join(folder, archive_name(created, n, sealed=sealed))
         try:
             os.link(tmp, final)
         except FileExistsError:
@@ -395,17 +432,20 @@ def _remove_quietly(path: str) -> None:
 # ---------------------------------------------------------------- reading
 
 
-def verify(path: str, extract_to: str | None = None) -> Manifest:
+def verify(path: str, extract_to: str | None = None, opener: Opener | None = None) -> Manifest:
     """Read the archive at `path`, checking every file against its manifest; its manifest when whole.
 
-    With `extract_to` (an empty folder), each file is also written there
+    An encrypted archive is decrypted on the way with `opener` (BackupError
+    without one). With `extract_to` (an empty folder), each file is also written there
     under its name in the archive; what was written is left for the caller
     to remove when this raises. ArchiveDamaged for anything that does not
     match: a missing or extra member, a size or checksum that differs, a
     truncated or corrupt file.
     """
+    from llmgw.backup.seal import open_plain
+
     try:
-        with tarfile.open(path, mode="r|gz") as tar:
+        with open_plain(path, opener) as plain, tarfile.open(fileobj=plain, mode="r|gz") as tar:
             members = iter(tar)
             first = next(members, None)
             if first is None or first.name != MANIFEST or not first.isfile():
@@ -467,14 +507,34 @@ def _check_member(tar: tarfile.TarFile, member: tarfile.TarInfo, expected: Manif
         raise ArchiveDamaged(f"{member.name}: its sha256 is not the one in the manifest; the archive is damaged")
 
 
-def read_member(path: str, expected: ManifestFile) -> bytes:
-    """One small file of an archive, like its server.yaml, checked against the manifest again."""
+def read_members(path: str, expected: list[ManifestFile], opener: Opener | None = None) -> dict[str, bytes]:
+    """Small files of an archive, like its server.yaml, by name, each checked against the manifest again."""
+    from llmgw.backup.seal import open_plain
+
+    wanted = {f.name: f for f in expected}
+    found: dict[str, bytes] = {}
     try:
-        with tarfile.open(path, mode="r:gz") as tar:
-            data = _read_all(tar, tar.getmember(expected.name), 64 << 20)
-    except (tarfile.TarError, KeyError, EOFError, OSError, zlib.error) as exc:
-        raise ArchiveDamaged(f"{path}: {expected.name} cannot be read ({exc})") from None
-    if hashlib.sha256(data).hexdigest() != expected.sha256:
-        raise ArchiveDamaged(f"{expected.name}: its sha256 is not the one in the manifest; the archive is damaged")
-    return data
+        with open_plain(path, opener) as plain, tarfile.open(fileobj=plain, mode="r|gz") as tar:
+            for member in tar:
+                f = wanted.get(member.name)
+                if f is None:
+                    continue
+                data = _read_all(tar, member, 64 << 20)
+                if hashlib.sha256(data).hexdigest() != f.sha256:
+                    raise ArchiveDamaged(f"{f.name}: its sha256 is not the one in the manifest; the archive is "
+                                         "damaged")
+                found[f.name] = data
+                if len(found) == len(wanted):
+                    break
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise ArchiveDamaged(f"{path}: cannot be read ({exc})") from None
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        raise ArchiveDamaged(f"{path}: {', '.join(missing)} cannot be found in it")
+    return found
+
+
+def read_member(path: str, expected: ManifestFile, opener: Opener | None = None) -> bytes:
+    """One small file of an archive, checked against the manifest again."""
+    return read_members(path, [expected], opener)[expected.name]
 

@@ -7,11 +7,19 @@ running server (the admin API) the open store is passed, so the file it
 really uses is the one copied. Blocking work (SQLite's backup, reading and
 compressing files) runs in a thread; pg_dump is a child process: the event
 loop is never held up.
+
+Each archive is encrypted when server.yaml says so (backup.encrypt_to or
+backup.passphrase_file, llmgw.backup.seal), read back and checked against
+its manifest right after it is written (an archive that does not read back
+is removed and the backup fails), then copied to each of backup.copy_to
+(llmgw.backup.copies). Older archives beyond backup.keep are removed here
+and at each destination.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import shutil
@@ -56,6 +64,8 @@ class BackupResult:
     sha256: str
     manifest: Manifest
     removed: tuple[str, ...] = ()  #: older archives removed to keep backup.keep
+    encrypted: bool = False
+    copies: tuple[str, ...] = ()  #: where it was copied (backup.copy_to), each checked by its sha256
 
     @property
     def name(self) -> str:
@@ -110,27 +120,40 @@ async def make_backup(
     to_dir: str | None = None,
     keep: int | None = None,
     clock: Callable[[], dt.datetime] | None = None,
+    copy: bool = True,
 ) -> BackupResult:
     """Back up the store and the configuration folder into one archive; see the module's doc.
 
     `config_path`: server.yaml, whose folder goes into the archive (None:
     the store only). `store`: the store a running server has open. `to_dir`:
     another folder than backup.dir. `keep`: archives kept there (default
-    backup.keep). BackupError says what stopped it; nothing is left behind.
+    backup.keep). `copy`: copy it to backup.copy_to (not with `to_dir`).
+    BackupError says what stopped it; nothing is left behind, except an
+    archive that was written and checked but could not be copied everywhere
+    (the error names the destination).
     """
+    from llmgw.backup.seal import Sealer
+
+    sealer = Sealer.from_config(config)
     kind, where = store_location(config, store)
     folder = os.path.abspath(os.path.expanduser(to_dir)) if to_dir else backup_dir(config, kind, where)
     created = (clock or (lambda: dt.datetime.now(dt.UTC)))().astimezone(dt.UTC).replace(microsecond=0)
     _make_folder(folder)
     try:
-        return await _make(config, config_path, store, folder, kind, where, created, keep)
+        result = await _make(config, config_path, store, folder, kind, where, created, keep, sealer)
     except OSError as exc:  # a disk full, a file that went away: said, not a traceback
         where_ = f" ({exc.filename})" if exc.filename else ""
         raise BackupError(f"the backup could not be written: {exc.strerror or exc}{where_}") from None
+    if copy and not to_dir and config.backup.copy_to:
+        from llmgw.backup.copies import copy_everywhere
+
+        copies = await copy_everywhere(config, result.path, config.backup.keep if keep is None else keep)
+        result = attrs.evolve(result, copies=tuple(copies))
+    return result
 
 
 async def _make(config: ServerConfig, config_path: str | None, store: Any, folder: str, kind: str, where: str,
-                created: dt.datetime, keep: int | None) -> BackupResult:
+                created: dt.datetime, keep: int | None, sealer: Any) -> BackupResult:
     from llmgw.buildinfo import build_info
 
     stage = tempfile.mkdtemp(prefix=".llmgw-backup-stage-", dir=folder)
@@ -140,6 +163,7 @@ async def _make(config: ServerConfig, config_path: str | None, store: Any, folde
         if kind == "sqlite":
             copy = os.path.join(stage, "llmgw.db")
             version = await asyncio.to_thread(copy_sqlite, where, copy)
+            counts: dict[str, int] | None = await asyncio.to_thread(count_rows, copy)
             staged[SQLITE_NAME] = copy
             files.append(await asyncio.to_thread(_describe, SQLITE_NAME, copy, "store", where, 0o600))
             source = where
@@ -149,6 +173,7 @@ async def _make(config: ServerConfig, config_path: str | None, store: Any, folde
 
             dump = os.path.join(stage, "llmgw.dump")
             version = store.schema_version if store is not None else await pg.schema_version(where)
+            counts = None
             await pg.pg_dump(where, dump)
             staged[PG_NAME] = dump
             files.append(await asyncio.to_thread(_describe, PG_NAME, dump, "store", "", 0o600))
@@ -162,14 +187,32 @@ async def _make(config: ServerConfig, config_path: str | None, store: Any, folde
                 staged[f.name] = path
         manifest = Manifest(llmgw_version=build_info()["version"], created=created, host=socket.gethostname(),
                             store_kind=kind, schema_version=version, store_source=source, config_path=config_abs,
-                            files=tuple(files))
-        path, size, digest = await asyncio.to_thread(write_archive, folder, manifest, staged)
+                            files=tuple(files), counts=counts)
+        path, size, digest, opener = await asyncio.to_thread(write_archive, folder, manifest, staged, sealer)
         _own_like_folder(folder, path, path + ".sha256")
+        await asyncio.to_thread(_check_written, path, manifest, opener)
         removed = await asyncio.to_thread(prune, folder, config.backup.keep if keep is None else keep,
                                           spare=os.path.basename(path))
     finally:
         await asyncio.to_thread(shutil.rmtree, stage, True)
-    return BackupResult(path=path, size=size, sha256=digest, manifest=manifest, removed=tuple(removed))
+    return BackupResult(path=path, size=size, sha256=digest, manifest=manifest, removed=tuple(removed),
+                        encrypted=sealer is not None)
+
+
+def _check_written(path: str, manifest: Manifest, opener: Any) -> None:
+    """Read the archive just written back (decrypting it) and check it against its manifest; remove it if not."""
+    from llmgw.backup.archive import verify
+
+    try:
+        read = verify(path, opener=opener)
+        if read != manifest:
+            raise BackupError("its manifest reads back differently")
+    except BackupError as exc:
+        for p in (path, path + ".sha256"):
+            with contextlib.suppress(OSError):
+                os.remove(p)
+        raise BackupError(f"the archive just written did not read back whole ({exc}); it was removed. Check the "
+                          "disk of the backup folder") from None
 
 
 def _make_folder(folder: str) -> None:
@@ -240,6 +283,18 @@ def copy_sqlite(source: str, dest: str) -> int:
         raise BackupError(f"the copy of {source} fails SQLite's check ({check and check[0]}); the store itself "
                           "may be damaged: run `sqlite3 FILE 'PRAGMA integrity_check'`")
     return version
+
+
+def count_rows(path: str) -> dict[str, int]:
+    """Rows in each table of the SQLite file `path` (its own tables, not SQLite's nor the schema's history)."""
+    conn = sqlite3.connect(f"file:{urllib.request.pathname2url(path)}?mode=ro", uri=True, isolation_level=None)
+    try:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "AND name != 'schema_migrations' ORDER BY name")]
+        return {t: int(conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]) for t in tables}
+    finally:
+        conn.close()
 
 
 def sqlite_schema_version(conn: sqlite3.Connection) -> int:

@@ -36,7 +36,7 @@ from llmgw.backup.archive import (
     Manifest,
     ManifestFile,
     fsync_dir,
-    read_member,
+    read_members,
     sha256_of,
     verify,
 )
@@ -64,6 +64,8 @@ class RestorePlan:
     config_files: tuple[tuple[ManifestFile, str], ...] = ()
     #: files of the archive not put back, with why
     left_out: tuple[str, ...] = ()
+    #: what opens an encrypted archive (--identity, --passphrase-file); None for one in clear
+    opener: Any = attrs.field(default=None, eq=False, repr=False)
 
     def lines(self) -> list[str]:
         """The plan, for the operator to read before saying yes."""
@@ -105,17 +107,19 @@ def _refuse_newer(kind: str, version: int) -> None:
         raise BackupError(f"the archive's store cannot be restored: {StoreTooNew(version, known)}")
 
 
-async def plan_restore(archive: str, config_path: str, *, config_too: bool) -> RestorePlan:
-    """Read and check the archive and work out the restore; BackupError (nothing changed) when it cannot be done."""
+async def plan_restore(archive: str, config_path: str, *, config_too: bool, opener: Any = None) -> RestorePlan:
+    """Read and check the archive and work out the restore; BackupError (nothing changed) when it cannot be done.
+
+    `opener` (llmgw.backup.seal.Opener) decrypts an encrypted archive."""
     archive = os.path.abspath(os.path.expanduser(archive))
     config_path = os.path.abspath(os.path.expanduser(config_path))
-    manifest = await asyncio.to_thread(verify, archive)
+    manifest = await asyncio.to_thread(verify, archive, None, opener)
     _refuse_newer(manifest.store_kind, manifest.schema_version)
     if config_too:
         if not manifest.config_path:
             raise BackupError(f"{archive} holds no configuration (it was made without server.yaml's path); "
                               "restore without --config-too")
-        config = await asyncio.to_thread(_archived_config, archive, manifest, config_path)
+        config = await asyncio.to_thread(_archived_config, archive, manifest, config_path, opener)
     else:
         config = _load_config(config_path)
     kind, where = store_location(config)
@@ -138,7 +142,7 @@ async def plan_restore(archive: str, config_path: str, *, config_too: bool) -> R
                     left_out.append(f"{dest} (the restored server.yaml does not name it)")
     return RestorePlan(archive=archive, manifest=manifest, config=config, config_path=config_path,
                        store_kind=kind, store_where=where, config_files=tuple(config_files),
-                       left_out=tuple(left_out))
+                       left_out=tuple(left_out), opener=opener)
 
 
 def _load_config(config_path: str) -> ServerConfig:
@@ -155,7 +159,7 @@ def _load_config(config_path: str) -> ServerConfig:
                           "archive's with --config-too") from None
 
 
-def _archived_config(archive: str, manifest: Manifest, config_path: str) -> ServerConfig:
+def _archived_config(archive: str, manifest: Manifest, config_path: str, opener: Any = None) -> ServerConfig:
     """The archive's server.yaml, read as if it were back in place (its relative file: paths among its files)."""
     from llmgw.config import ConfigError, parse_server_config
     from llmgw.config.load import parse_yaml_text
@@ -164,14 +168,15 @@ def _archived_config(archive: str, manifest: Manifest, config_path: str) -> Serv
     entry = next((f for f in manifest.files if f.name == name), None)
     if entry is None:
         raise BackupError(f"{archive}: its manifest names {manifest.config_path} but the archive lacks {name}")
+    small = [f for f in manifest.of_role("config") if f.size <= 1 << 20]  # a file: secret, certificates, keys
+    contents = read_members(archive, list({f.name: f for f in [*small, entry]}.values()), opener)
     with tempfile.TemporaryDirectory(prefix=".llmgw-restore-") as scratch:
-        for f in manifest.of_role("config"):
-            if f.size <= 1 << 20:  # what a file: secret can be; certificates and keys are small too
-                path = os.path.join(scratch, *f.name.split("/")[1:])
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
-                    out.write(read_member(archive, f))
-        text = read_member(archive, entry).decode("utf-8", errors="replace")
+        for f in small:
+            path = os.path.join(scratch, *f.name.split("/")[1:])
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+                out.write(contents[f.name])
+        text = contents[entry.name].decode("utf-8", errors="replace")
         try:
             return parse_server_config(parse_yaml_text(text, config_path), config_path, base_dir=scratch)
         except ConfigError as exc:
@@ -291,7 +296,7 @@ async def apply_restore(plan: RestorePlan) -> list[str]:
     stage_parent = _stage_parent(plan)
     stage = tempfile.mkdtemp(prefix=".llmgw-restore-", dir=stage_parent)
     try:
-        manifest = await asyncio.to_thread(verify, plan.archive, stage)
+        manifest = await asyncio.to_thread(verify, plan.archive, stage, plan.opener)
         if manifest != plan.manifest:
             raise BackupError(f"{plan.archive} changed while it was being restored; nothing was replaced")
         staged = os.path.join(stage, *manifest.store_file.name.split("/"))

@@ -724,6 +724,30 @@ class BackupConfig:
     keep: int = setting(
         7, doc="Archives kept in that folder; older ones are removed after each backup; 0 keeps every one."
     )
+    encrypt_to: list[str] = setting(  # llmgw.backup.seal
+        factory=list,
+        doc="age recipients archives are encrypted to (age1… keys, or ssh-ed25519/ssh-rsa public keys); only "
+        "their private keys can read an archive (llmgw server backup keygen makes one).",
+    )
+    passphrase_file: str = setting(  # llmgw.backup.seal
+        "", doc="A file holding a passphrase archives are encrypted with instead (age's scrypt mode); not with "
+        "encrypt_to.",
+    )
+    copy_to: list[str] = setting(  # llmgw.backup.copies
+        factory=list,
+        doc="Where each archive is copied after it is verified, each keeping backup.keep: a folder "
+        "(/mnt/backups), or ssh://user@host[:port]/path (the system's ssh).",
+    )
+    ssh_identity_file: str = setting(  # llmgw.backup.copies
+        "", doc="The private key ssh uses for ssh:// copies; empty uses ssh's own (~/.ssh, the agent)."
+    )
+    ssh_known_hosts_file: str = setting(  # llmgw.backup.copies
+        "", doc="The known_hosts file ssh checks ssh:// destinations' host keys against; empty uses ssh's own."
+    )
+    schedule: str = setting(  # llmgw.backup.schedule
+        "", doc="When the running server backs up by itself: an interval (6h, 30m) or a daily UTC time (02:30); "
+        "empty makes none.",
+    )
 
 
 @attrs.frozen

@@ -185,6 +185,9 @@ def check_server(config: ServerConfig) -> list[Problem]:
     problems += [Problem(where, text) for where, text in email_sink_problems(config)]
     problems += _tracing(config)
     problems += _budgets(config)
+    from llmgw.backup.schedule import settings_problems as backup_problems  # backup.*: with their reader
+
+    problems += [Problem(where, text) for where, text in backup_problems(config)]
     from llmgw.router.federation import problems as federation_problems  # federation: its rules with its reader
 
     problems += [Problem(where, text) for where, text in federation_problems(config)]

@@ -236,7 +236,7 @@ async def test_a_file_outside_the_folder_goes_back_only_where_server_yaml_names_
     staged = {f.name: str(unpacked / f.name) for f in manifest.files} | {extra.name: str(stray)}
     crafted_dir = tmp_path / "crafted"
     crafted_dir.mkdir()
-    crafted, _, _ = write_archive(str(crafted_dir), attrs.evolve(manifest, files=(*manifest.files, extra)), staged)
+    crafted, _, _, _ = write_archive(str(crafted_dir), attrs.evolve(manifest, files=(*manifest.files, extra)), staged)
     plan = await plan_restore(crafted, str(machine.config_path), config_too=True)
     assert plan.left_out == (f"{target} (the restored server.yaml does not name it)",)
     assert f"  not restored: {target} (the restored server.yaml does not name it)" in plan.lines()
