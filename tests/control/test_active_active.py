@@ -71,6 +71,8 @@ async def test_a_standby_serves_the_leaders_replicas_with_their_engine_keys(pair
     assert copied is not None and copied.source == "view" and copied.in_cluster
     assert (copied.base_url, copied.max_concurrency, copied.labels) == ("http://10.0.0.7:9001/v1", 8, {"pool": "a"})
     assert copied.api_key.reveal() == KEYS.key_for("tiny-1")  # derived from the shared secret, never stored
+    row = await leader.store.get_replica_view("control-plane")
+    assert "llmgw-engine-" not in row.body and KEYS.key_for("tiny-1") not in row.body
     assert standby.replicas.get("static") is None
     assert standby.describe()["role"] == "standby" and standby.describe()["replica_view"]["version"] == 1
     assert leader.describe()["role"] == "leader" and leader.describe()["replica_view"]["age_s"] == 0.0
