@@ -68,6 +68,9 @@ def register(server_sub) -> None:
     p.add_argument("--no-start", dest="start", action="store_false", help="install, but start nothing")
     p.add_argument("--wait", type=float, default=180.0, metavar="SECONDS",
                    help="how long to wait for the server to answer (default 180)")
+    from llmgw.cli.server_patroni import add_arguments as add_patroni_arguments
+
+    add_patroni_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -147,6 +150,10 @@ def run(args: argparse.Namespace):
     from llmgw.install.init import InitError, InitOptions, Installer
     from llmgw.install.layout import Layout
 
+    if getattr(args, "patroni", False):  # a replicated store's files, not a control plane
+        from llmgw.cli.server_patroni import run as write_patroni
+
+        return write_patroni(args)
     layout = Layout(Path(args.root))
     if not args.yes and not sys.stdin.isatty():
         print("llmgw server init: no terminal to ask on; give --yes and the fields as flags "

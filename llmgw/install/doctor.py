@@ -114,7 +114,7 @@ def _certificate(label: str, path: str, now: dt.datetime) -> Finding:
     return Finding(f"certificate {label}", OK, f"{path} is valid until {until} ({days} days)")
 
 
-async def _store(config) -> Finding:
+async def _store(config) -> Finding | list[Finding]:
     from llmgw.store import StoreError, open_store
 
     dsn = config.store.dsn.reveal()
@@ -124,9 +124,44 @@ async def _store(config) -> Finding:
         return Finding("store", PROBLEM, f"the store ({config.store.backend}) cannot be opened: {exc or type(exc).__name__}; "
                        "check store.dsn in server.yaml and that the database runs")
     try:
-        return Finding("store", OK, f"the store ({store.dialect}) answers, schema version {store.schema_version}")
+        found = Finding("store", OK, f"the store ({store.dialect}) answers, schema version {store.schema_version}")
+        if store.dialect == "postgres":
+            return [found, await _store_members(store, dsn)]
+        return found
     finally:
         await store.close()
+
+
+async def _store_members(store, dsn: str) -> Finding:
+    """A PostgreSQL store's members as its primary sees them (pg_stat_replication): each one's role, state and lag."""
+    from llmgw.obs.store_metrics import _replication
+
+    try:
+        members, lags = await store._read(_replication)
+    except Exception as exc:  # noqa: BLE001 - a finding, not a crash
+        return Finding("store members", WARN, f"the store's replication cannot be read: {exc}")
+    behind = dict(lags)
+    parts = []
+    for name, host, role, state in members:
+        lag = behind.get(name)
+        said = f"{role} {name}" + (f" ({host})" if host not in (name, "unknown") else "") + f" {state}"
+        if lag is not None:
+            said += ", lag unknown (grant the store's role pg_monitor)" if lag < 0 else f", {int(lag)} bytes behind"
+        parts.append(said)
+    text = "; ".join(parts)
+    replicas = [m for m in members if m[2] == "replica"]
+    if members and members[0][2] == "replica":
+        return Finding("store members", WARN, f"{text}: the store is a standby in recovery; llmgw writes to the "
+                       "primary: list every member in store.dsn with target_session_attrs=read-write")
+    several = "," in urllib.parse.urlsplit(dsn).netloc.rpartition("@")[2]
+    if several and not replicas:
+        return Finding("store members", WARN, f"{text}: store.dsn names several members but the primary has no "
+                       "standby; `patronictl -c /etc/llmgw/patroni/patroni.yml list` on a member says why")
+    lagging = [m for m in replicas if m[3] != "streaming"]
+    if lagging:
+        return Finding("store members", WARN, f"{text}: {lagging[0][0]} is not streaming; its PostgreSQL log "
+                       "says why")
+    return Finding("store members", OK, text)
 
 
 def _firewall(layout: Layout) -> Finding | None:
@@ -258,7 +293,8 @@ async def run_checks(layout: Layout) -> list[Finding]:
             if not config.agent_insecure:
                 out.append(_certificate("server", config.agent_tls.cert, now))
                 out.append(_certificate("ca", config.agent_tls.ca, now))
-            out.append(await _store(config))
+            stored = await _store(config)
+            out += stored if isinstance(stored, list) else [stored]  # a PostgreSQL store: its members too
             fw = _firewall(layout)
             if fw:
                 out.append(fw)

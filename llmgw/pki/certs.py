@@ -185,6 +185,23 @@ def issue_client(
     return _issue(ca_dir, out_dir, stem, name, ExtendedKeyUsageOID.CLIENT_AUTH, [], days)
 
 
+def issue_peer(
+    ca_dir: str | os.PathLike[str],
+    name: str,
+    hosts: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    stem: str = "member",
+    days: int = LEAF_DAYS,
+) -> IssuedFiles:
+    """A certificate for a member of a cluster that both serves its peers and dials them (a Patroni member:
+    PostgreSQL, its REST API, etcd's peer and client ports), so serverAuth and clientAuth, for `hosts`."""
+    validate_node_id(name, what="member name")
+    sans = _subject_alt_names(hosts)
+    return _issue(ca_dir, out_dir, stem, name, (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH),
+                  sans, days)
+
+
 def validate_node_id(node_id: str, *, what: str = "node id") -> str:
     """Letters, digits, `.`, `-`, `_`; starting with a letter or digit; at most 63 characters."""
     if not isinstance(node_id, str) or not _NODE_ID.fullmatch(node_id):
@@ -201,7 +218,7 @@ def sign_leaf(
     *,
     cn: str,
     public,
-    usage: x509.ObjectIdentifier,
+    usage: x509.ObjectIdentifier | tuple[x509.ObjectIdentifier, ...],
     sans: list[x509.GeneralName] | None = None,
     days: int,
 ) -> x509.Certificate:
@@ -227,7 +244,8 @@ def sign_leaf(
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(list(usage) if isinstance(usage, tuple) else [usage]),
+                       critical=False)  # a tuple: a peer's both uses (issue_peer)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
@@ -243,7 +261,7 @@ def _issue(
     out_dir: str | os.PathLike[str],
     stem: str,
     cn: str,
-    usage: x509.ObjectIdentifier,
+    usage: x509.ObjectIdentifier | tuple[x509.ObjectIdentifier, ...],
     sans: list[x509.GeneralName],
     days: int,
 ) -> IssuedFiles:
