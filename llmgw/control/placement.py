@@ -30,10 +30,10 @@ class h100-80gb, has 1`, for `explain` (worded when first read, from what the
 decision saw).
 
 Speed: a `PlacementPass` keeps the rooms from one decision to the next (see
-its docstring); `place()` reuses its last one while the nodes are unchanged
-and the holdings only grew, so a pass of decisions does not redo the cluster
-each time. tests/control/test_placement_speed.py checks it decides as the
-one-shot algorithm did.
+its docstring). The reconciler builds one per pass and makes every decision
+of the pass through it (placement_round.py); `place()` is the one-shot form,
+a pass built for one decision. tests/control/test_placement_speed.py checks
+that both decide as the one-shot algorithm did.
 
 Preemption: a critical model that fits nowhere may stop replicas of lower
 classes (opportunistic ones first, then standard; replicas above their
@@ -60,11 +60,9 @@ quotas, or for a model without an owner, nothing of this applies.
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
-from operator import attrgetter, is_
 
 import attrs
 
@@ -486,17 +484,8 @@ class _Reclaim:
 
 # ---------------------------------------------------------------- a pass: rooms kept from one decision to the next
 
-#: What a node's filters, room and order depend on: `place()` compares these to reuse its pass.
-_NODE_FACTS = attrgetter("id", "lost", "connected", "disconnect_reason", "draining", "cordoned", "cordon_reason",
-                         "gpus", "memory_total", "cores", "labels", "engines", "weights", "fabrics")
-#: What of a holding the rooms depend on (the rest matters to preemption only, read from the holdings then).
-_HOLDING_FACTS = attrgetter("node", "model", "gpus", "memory", "cores")
-
-
-def _facts(node: Node) -> tuple:
-    """The facts as they are now, the dicts copied so a change made to them in place shows."""
-    facts = _NODE_FACTS(node)
-    return (*facts[:10], dict(facts[10]), dict(facts[11]), dict(facts[12]), *facts[13:])
+#: What of a holding the rooms depend on: `relabel()` changes anything but these.
+_ROOM_FIELDS = frozenset({"replica_id", "node", "model", "gpus", "memory", "cores"})
 
 
 class _View:
@@ -523,8 +512,8 @@ class PlacementPass:
     that nothing else can beat. Rejection sentences are worded only when read.
 
     The nodes must not change while a pass is used: make a new one after they do.
-    `place()` keeps its last pass and reuses it while the nodes are the same
-    objects with the same facts and the holdings only grew.
+    What a holding says beyond the room it takes (its class, whether it is
+    spare, whether it is being stopped) may change: `relabel()`.
     """
 
     def __init__(self, nodes: Iterable[Node], holdings: Iterable[Holding] = (), *,
@@ -541,7 +530,6 @@ class PlacementPass:
         self._rack = [spread_domains(node) for node in self._node]  # its rack and PDUs
         self._healthy = [tuple((d.index, d.gpu_class) for d in node_devices(node.gpus) if d.usable)
                          for node in self._node]
-        self._facts = [_facts(node) for node in self.nodes]
         self._weights_by_model: dict[str, set[int]] = {}
         self._weights_by_source: dict[str, set[int]] = {}
         for s, node in enumerate(self._node):
@@ -559,7 +547,8 @@ class PlacementPass:
 
     def _reset(self, holdings: Iterable[Holding]) -> None:
         self._holdings: list[Holding] = []
-        self._holding_facts: list[tuple] = []
+        self._on_slot: list[list[int]] = [[] for _ in self._node]  # by slot: positions in _holdings
+        self._of_replica: dict[str, list[int]] = {}  # replica id -> positions in _holdings
         self._held: list[set[int]] = [set() for _ in self._node]
         self._memory = [node.memory_total for node in self._node]
         self._cores = [node.cores for node in self._node]
@@ -578,11 +567,13 @@ class PlacementPass:
             self._fill(view)
 
     def _apply(self, h: Holding) -> int | None:
+        at = len(self._holdings)
         self._holdings.append(h)
-        self._holding_facts.append(_HOLDING_FACTS(h))
+        self._of_replica.setdefault(h.replica_id, []).append(at)
         s = self._slot.get(h.node)
         if s is None:
             return None
+        self._on_slot[s].append(at)
         self._held[s].update(h.gpus)
         self._memory[s] -= h.memory
         self._cores[s] -= h.cores
@@ -622,6 +613,19 @@ class PlacementPass:
         self._log.append((s, room))
         if len(self._log) > len(self._room):
             self._base, self._log = list(self._room), []  # a new list: decisions keep the old one
+
+    def relabel(self, replica_id: str, **changes: object) -> None:
+        """What the replica's holdings say changes (`leaving`, `spare`, `model_class`, `owner`, `started`);
+        the room they take does not. The next decision sees it."""
+        if _ROOM_FIELDS & changes.keys():
+            raise ValueError(f"relabel changes what a holding says, not the room it takes: "
+                             f"{sorted(_ROOM_FIELDS & changes.keys())}")
+        for at in self._of_replica.get(replica_id, ()):
+            old = self._holdings[at]
+            new = self._holdings[at] = attrs.evolve(old, **changes)
+            if self._owned is not None:
+                self._count(old, self._owned, -1)
+                self._count(new, self._owned)
 
     # -- the filters, once per profile --------------------------------------------
 
@@ -764,12 +768,13 @@ class PlacementPass:
 
         return held
 
-    def _count(self, holding: Holding, owned: dict[str, list[int]]) -> None:
+    @staticmethod
+    def _count(holding: Holding, owned: dict[str, list[int]], sign: int = 1) -> None:
         if holding.owner and not holding.leaving:
             sums = owned.setdefault(owner_path(holding.owner), [0, 0, 0])
-            sums[0] += len(holding.gpus)
-            sums[1] += holding.cores
-            sums[2] += holding.memory
+            sums[0] += sign * len(holding.gpus)
+            sums[1] += sign * holding.cores
+            sums[2] += sign * holding.memory
 
     def _held_under(self, quota: CapacityQuota) -> tuple[int, int, int]:
         """GPUs, cores and memory the replicas of the models the quota covers hold (not those being stopped)."""
@@ -837,7 +842,7 @@ class PlacementPass:
             node=self._node[s], held_gpus=set(self._held[s]), memory_free=self._memory[s],
             cores_free=self._cores[s], model_here=self._here.get(model, {}).get(s, 0),
             model_in_rack=sum(in_rack.get(d, 0) for d in self._rack[s]),
-            holdings=[h for h in self._holdings if h.node == self._ids[s]] if holdings else [],
+            holdings=[self._holdings[at] for at in self._on_slot[s]] if holdings else [],
         )
 
     def _wording(self, tried: list[tuple[Profile, str, _View]], avoid: set[str],
@@ -871,28 +876,6 @@ class PlacementPass:
 
         return words
 
-    # -- for place() ---------------------------------------------------------------
-
-    def _reusable(self, nodes: list[Node]) -> bool:
-        return nodes == self.nodes and list(map(_NODE_FACTS, nodes)) == self._facts
-
-    def _catch_up(self, holdings: list[Holding]) -> None:
-        """Hold what was added since; anything else changed: work the rooms out again."""
-        kept = self._holdings
-        n = len(kept)
-        if len(holdings) >= n and all(map(is_, holdings, kept)):
-            for h in holdings[n:]:
-                self.hold(h)
-            return
-        # New objects, as the reconciler makes each time: equal where the rooms are concerned will do.
-        if len(holdings) >= n and list(map(_HOLDING_FACTS, holdings[:n])) == self._holding_facts:
-            self._holdings[:] = holdings[:n]
-            self._owned = None  # owners and leaving are not among the facts compared: counted again when asked
-            for h in holdings[n:]:
-                self.hold(h)
-            return
-        self._reset(holdings)
-
 
 def _answer(model: str, placement: Placement | None, rejections: Callable[[], list[Rejection]], considered: int,
             stopped: list[str], fabric: Sequence[str] = ()) -> Decision:
@@ -912,10 +895,6 @@ def _shared_fabric(nodes: list[Node]) -> str:
     return min(common) if common else "?"
 
 
-_kept: PlacementPass | None = None
-_kept_lock = threading.Lock()
-
-
 def place(
     model: ModelConfig,
     nodes: Iterable[Node],
@@ -927,27 +906,15 @@ def place(
     quotas: Quotas | None = None,
     held_for: Mapping[str, str] | None = None,
 ) -> Decision:
-    """Where the next replica of `model` goes, with every node's rejection.
+    """Where the next replica of `model` goes, with every node's rejection: one decision, a pure function of
+    its arguments (a `PlacementPass` made for it). To place many replicas, make one pass and `hold()` each.
 
     `quotas`: the capacity quotas in force (none: nothing is held to a quota).
     `held_for`: nodes kept from this model, each with the reason its rejection gives
     (the reconciler's: cards taken from it for a model that still waits for them).
-    A pure function of its arguments. It keeps the last call's `PlacementPass` and
-    reuses it when called again with the same node objects, unchanged, and the same
-    holdings plus new ones (as a pass that places one replica after another does),
-    so such a decision costs a check of the nodes and a look at the candidates.
     """
-    global _kept
-    nodes = list(nodes)
-    holdings = list(holdings)
-    with _kept_lock:
-        kept = _kept
-        if kept is not None and kept._reusable(nodes):
-            kept.engines = engines
-            kept._catch_up(holdings)
-        else:
-            kept = _kept = PlacementPass(nodes, holdings, engines=engines)
-        return kept.decide(model, avoid=avoid, preempt=preempt, quotas=quotas, held_for=held_for)
+    return PlacementPass(nodes, holdings, engines=engines).decide(
+        model, avoid=avoid, preempt=preempt, quotas=quotas, held_for=held_for)
 
 
 def _allocate(room: _Room, profile: Profile, engine: str, model: ModelConfig) -> Placement:

@@ -40,8 +40,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-import attrs
-
 from llmgw.config.server import ControlConfig, FacilityConfig
 from llmgw.control.agent_events import CRASH_WINDOW, AgentEvents
 from llmgw.control.catalog import Catalog, CatalogModel, model_to_spec
@@ -50,8 +48,9 @@ from llmgw.control.engine_provisioning import EngineProvisioning, EngineState
 from llmgw.control.inventory import Inventory, Node
 from llmgw.control.jobs import ReconcilerObserver
 from llmgw.control.parked import ParkedRecord, normalized
-from llmgw.control.facility import Hold, PowerBook, held_cards, node_hold
-from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement, Rejection, place
+from llmgw.control.facility import Hold, held_cards
+from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement
+from llmgw.control.placement_round import PlacementRound, ReconcileRound, record_holdings
 from llmgw.control.preemption import PREEMPT_INTERVAL, PreemptionLedger, taken_words
 from llmgw.control.quotas import QuotaReader, Quotas
 from llmgw.control.schedules import Bounds, bounds_at, time_zone
@@ -154,6 +153,8 @@ class Reconciler(AgentEvents, EngineProvisioning):
         self.facility = facility or FacilityConfig()
         self.holds: dict[str, Hold] = {}
         self._provision_due: set[tuple[str, str]] = set()  #: (node, engine) whose Provision is to be sent
+        #: the placement round of the pass under way: every decision of the pass goes through it (placement_round.py)
+        self._round: ReconcileRound | None = None
 
     # ---------------------------------------------------------------- running
 
@@ -211,10 +212,14 @@ class Reconciler(AgentEvents, EngineProvisioning):
             self._settle_preemptions()
             # Models that had replicas stopped for them first, then critical ones: what a preemption
             # frees goes to the model it was made for.
-            for model in sorted(self.catalog.cluster_models(),
-                                key=lambda m: (m.name not in self._reclaiming, -CLASS_RANK.get(m.model_class, 1),
-                                               m.name)):
-                self._plan(model)
+            self._round = self._new_round()
+            try:
+                for model in sorted(self.catalog.cluster_models(),
+                                    key=lambda m: (m.name not in self._reclaiming, -CLASS_RANK.get(m.model_class, 1),
+                                                   m.name)):
+                    self._plan(model)
+            finally:
+                self._round = None
             await self._send()
             self._settle_waiters()
             await self.save_parked()
@@ -588,38 +593,54 @@ class Reconciler(AgentEvents, EngineProvisioning):
 
     def _decide(self, model: CatalogModel, *, avoid: set[str] = frozenset(), preempt: bool = True,
                 quotas: bool = True) -> Decision:
-        """Placement's answer; `quotas` false for a replacement, which takes its original's place. The nodes
-        whose cards were taken from the model for one that still waits for them are left out."""
-        return self._place(model, self.inventory.nodes(), self._holdings(), avoid=avoid, preempt=preempt,
-                           quotas=self.quotas if quotas else None, held_for=self.preemption.held_for(model.name))
+        """Placement's answer, through the pass's round (one made for this answer alone outside a pass); `quotas`
+        false for a replacement, which takes its original's place. The nodes whose cards were taken from the
+        model for one that still waits for them are left out, and so are what the facility keeps free."""
+        if self._round is not None and self._round.stale:
+            self._round = self._new_round()
+        round_ = self._round or self._new_round()
+        return round_.decide(model.config, avoid=avoid, preempt=preempt, quotas=self.quotas if quotas else None,
+                             held_for=self.preemption.held_for(model.name))
+
+    def _new_round(self) -> ReconcileRound:
+        """A placement round from the nodes and the replicas as they are now."""
+        holdings, live = self._holdings_and_live()
+        return ReconcileRound(self.inventory.nodes(), holdings, live, self._minimum, engines=self.engines,
+                              facility=self.facility, holds=self.holds, now=self.wall_clock())
+
+    def _minimum(self, model: str) -> int:
+        cm = self.catalog.get(model)
+        return self.bounds(cm).min if cm is not None else 0
 
     def _place(self, model: CatalogModel, nodes: list[Node], holdings: list[Holding], *,
                held_for: Mapping[str, str] | None = None, **options: Any) -> Decision:
-        """place(), with the facility's word: held nodes and domains kept out, and no placement that would take a
-        rack's or PDU's draw past its budget (facility.py). A placement whose chosen cards pass a budget is
-        tried again without that node, a few times, then the model waits with the reason."""
-        kept = dict(held_for or {})
-        now = self.wall_clock()
-        if self.holds:
-            for node in nodes:
-                hold = node_hold(self.holds, node.id, node.labels, now)
-                if hold is not None:
-                    kept.setdefault(node.id, hold.words())
-        book = PowerBook(self.facility, nodes, holdings) if self.facility.budgets else None
-        if book is not None:
-            for node_id, why in book.kept_out(model.config).items():
-                kept.setdefault(node_id, why)
-        for _ in range(4):
-            decision = place(model.config, nodes, holdings, engines=self.engines, held_for=kept or None, **options)
-            if book is None or decision.placement is None:
-                return decision
-            refused = book.placement_refusal(decision.placement)
-            if refused is None:
-                return decision
-            kept[refused[0]] = refused[1]
-        others = tuple(r for r in decision.rejections if r.node != refused[0])
-        return Decision(model.name, None, rejections=(*others, Rejection(refused[0], refused[1])),
-                        nodes_considered=decision.nodes_considered)
+        """One decision on these nodes and holdings (nodes that are not the inventory's: engine_provisioning.py),
+        with the facility's word: held nodes and domains kept out, and no placement that would take a rack's or
+        PDU's draw past its budget (placement_round.py)."""
+        round_ = PlacementRound(nodes, holdings, engines=self.engines, facility=self.facility, holds=self.holds,
+                                now=self.wall_clock())
+        return round_.decide(model.config, held_for=held_for, **options)
+
+    def _launch_held(self, rec: ReplicaRecord, model: CatalogModel) -> None:
+        """What the pass just started is held in its round, so the pass's next decisions see it."""
+        if self._round is not None:
+            self._round.launched(rec, model.model_class, model.config.owner)
+
+    def _retire(self, rec: ReplicaRecord, why: str) -> None:
+        was_live = rec.live
+        super()._retire(rec, why)
+        if self._round is not None:  # still on its node until it stops, counted by no quota
+            self._round.retired(rec, was_live)
+
+    def _drop(self, rec: ReplicaRecord, why: str) -> None:
+        super()._drop(rec, why)
+        if self._round is not None:  # what it held is free: the pass's next decision makes its round again
+            self._round.stale = True
+
+    def _set_problems(self, node: Node, problems: dict[str, str]) -> None:
+        super()._set_problems(node, problems)
+        if self._round is not None:  # a node changed: the pass's next decision makes its round again
+            self._round.stale = True
 
     def _settle_preemptions(self) -> None:
         """Let a preempted model back onto its node once the model its cards went to no longer needs them."""
@@ -654,30 +675,30 @@ class Reconciler(AgentEvents, EngineProvisioning):
             log.warning("capacity quotas not re-read: %s", exc)
 
     def _holdings(self) -> list[Holding]:
+        return self._holdings_and_live()[0]
+
+    def _holdings_and_live(self) -> tuple[list[Holding], dict[str, int]]:
+        """What every replica (and every held card) holds, and each model's count of live replicas."""
         counts: dict[str, int] = {}
         for rec in self.records.values():
             if rec.live:
                 counts[rec.model] = counts.get(rec.model, 0) + 1
         out = []
+        minimums: dict[str, int] = {}
         for rec in self.records.values():
             cm = self.catalog.get(rec.model)
-            minimum = self.bounds(cm).min if cm is not None else 0
-            out.append(Holding(
-                replica_id=rec.id, model=rec.model, node=rec.node, gpus=rec.gpus, memory=rec.memory,
-                cores=rec.cores, model_class=cm.model_class if cm is not None else "opportunistic",
-                spare=counts.get(rec.model, 0) > minimum, started=rec.created,
-                owner=cm.config.owner if cm is not None else "", leaving=bool(rec.retiring),
-            ))
-            # Each other rank of a replica over several nodes holds its own node's cards (the same replica id:
-            # preempting or counting it is the whole replica's).
-            out.extend(attrs.evolve(out[-1], node=worker.node, gpus=worker.gpus)
-                       for worker in rec.workers if worker.state != "gone")
+            minimum = minimums.get(rec.model)
+            if minimum is None:
+                minimum = minimums[rec.model] = self.bounds(cm).min if cm is not None else 0
+            out.extend(record_holdings(rec, cm.model_class if cm is not None else "opportunistic",
+                                       cm.config.owner if cm is not None else "",
+                                       counts.get(rec.model, 0) > minimum))
         # A held card is held as a replica would hold it, by something no class may stop.
         for node_id, cards in held_cards(self.holds, self.wall_clock()).items():
             for index, hold in cards.items():
                 out.append(Holding(replica_id=f"hold:{hold.domain}", model="", node=node_id, gpus=(index,),
                                    model_class="critical", spare=False, leaving=False))
-        return out
+        return out, counts
 
     def _launch(self, model: CatalogModel, placement: Placement, *, replaces: str | None = None) -> ReplicaRecord:
         now = self.clock()
@@ -689,6 +710,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
         rec.workers = [WorkerShard(id=worker_shard_id(rec.id, rank), rank=rank, node=node, gpus=gpus)
                        for rank, (node, gpus) in enumerate(placement.workers, start=1)]
         self.records[rec.id] = rec
+        self._launch_held(rec, model)
         self.observer.placed(rec, placement.why)
         logs.event(log, "placing replica", replica_id=rec.id, model=model.name, node_id=rec.node,
                    gpus=list(rec.gpus), why=placement.why, replaces=replaces,

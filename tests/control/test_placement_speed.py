@@ -1,11 +1,13 @@
 """Placement kept from one decision to the next decides as the one-shot algorithm did.
 
 `reference_place` is `place()` as it was before it kept a pass: every node's room
-rebuilt and every node checked on each decision. Random small clusters, with every
-filter, preference and preemption in play, are placed one replica after another
-through `place()` (which reuses its pass), through a `PlacementPass`, and through
-the reference; the placements, the sentences and the node counts must agree,
-including after nodes change in place between decisions.
+rebuilt and every node checked on each decision, capacity quotas and their
+guarantees counted from the holdings each time. Random small clusters, with every
+filter, preference, preemption and quota rule in play, are placed one replica after
+another through `place()`, through one `PlacementPass` kept across the decisions,
+and through the reference; the placements, the sentences and the node counts must
+agree, including after holdings are marked as being stopped and nodes change
+(test_placement_round.py does the same for the reconciler's whole passes).
 """
 
 from __future__ import annotations
@@ -25,27 +27,49 @@ from llmgw.control.placement import (
     Rejection,
     _allocate,
     _gate,
+    _needs,
     _order_key,
+    _over_limit_words,
+    _Reclaim,
     _rooms,
     _shortfall,
     _victims,
     place,
 )
+from llmgw.control.quotas import Amounts, CapacityQuota, Quotas, owner_path, under
 from llmgw.wire.messages import GpuInfo, WeightsPresent
 
 from .conftest import ENGINES, GiB, model
 
 
-def reference_place(model, nodes, holdings=(), *, engines=None, avoid=(), preempt=True) -> Decision:
-    """The algorithm before it kept anything between decisions (unchanged but for the name)."""
+def reference_place(model, nodes, holdings=(), *, engines=None, avoid=(), preempt=True, quotas=None,
+                    held_for=None) -> Decision:
+    """The algorithm before it kept anything between decisions, capacity quotas counted afresh each time."""
     nodes = list(nodes)
     holdings = list(holdings)
-    avoid = set(avoid)
+    avoid = set(avoid) | set(held_for or ())
     rooms = _rooms(nodes, holdings, model.name)
+    mine = quotas.of(model.owner) if quotas and model.owner else ()
+
+    def held(quota):
+        sums = [0, 0, 0]
+        for h in holdings:
+            if h.owner and not h.leaving and under(owner_path(h.owner), quota.path):
+                sums[0] += len(h.gpus)
+                sums[1] += h.cores
+                sums[2] += h.memory
+        return tuple(sums)
+
     rejections: list[Rejection] = []
+    stopped: list[str] = []
     several = len(model.profiles) > 1
     gated = []
     for profile in model.profiles:
+        if mine:
+            words = next((w for q in mine if q.limit and (w := _over_limit_words(q, held(q), _needs(profile)))), None)
+            if words is not None:
+                stopped.append(f"{profile.name}: {words}" if several else words)
+                continue
         engine = profile.engine or model.engine
         label = profile.name if several else ""
         fits = []
@@ -53,7 +77,8 @@ def reference_place(model, nodes, holdings=(), *, engines=None, avoid=(), preemp
         for node in nodes:
             room = rooms[node.id]
             if node.id in avoid:
-                rejections.append(Rejection(node.id, "the replica it replaces is there", label))
+                why = (held_for or {}).get(node.id)
+                rejections.append(Rejection(node.id, why or "the replica it replaces is there", label))
                 continue
             reason = _gate(room, profile, engine, engines)
             if reason is None:
@@ -66,32 +91,58 @@ def reference_place(model, nodes, holdings=(), *, engines=None, avoid=(), preemp
             fits.append(room)
         if fits:
             best = min(fits, key=lambda r: _order_key(r, profile, model))
-            return Decision(model.name, _allocate(best, profile, engine, model), tuple(rejections), len(nodes))
+            return Decision(model.name, _allocate(best, profile, engine, model), tuple(rejections), len(nodes),
+                            "; ".join(stopped))
         gated.append((profile, engine, short))
-    if preempt and model.class_ == "critical":
+    if preempt and (model.class_ == "critical" or mine):
         options = []
         for profile, engine, short in gated:
+            guarantee = None
+            if model.class_ != "critical":
+                guarantee = PlacementPass._guarantee_for(mine, profile, held)
+                if guarantee is None:
+                    continue
             for room in short:
-                victims = _victims(room, profile, model.class_)
+                reclaim = _Reclaim(quotas, held) if guarantee is not None else None
+                victims = _victims(room, profile, model.class_, reclaim)
                 if victims is None:
                     continue
                 cost = (max(CLASS_RANK.get(v.model_class, 1) for v in victims), len(victims))
-                options.append((cost, _order_key(room, profile, model), room, profile, engine, victims))
+                options.append((cost, _order_key(room, profile, model), room, profile, engine, victims, guarantee))
         if options:
-            _, _, room, profile, engine, victims = min(options, key=lambda o: (o[0], o[1]))
+            _, _, room, profile, engine, victims, guarantee = min(options, key=lambda o: (o[0], o[1]))
             trial = attrs.evolve(room, held_gpus=room.held_gpus - {g for v in victims for g in v.gpus})
             placement = _allocate(trial, profile, engine, model)
+            stops = ", ".join(f"{v.replica_id} ({v.model_class})" for v in victims)
             placement = attrs.evolve(
                 placement, preempts=tuple(v.replica_id for v in victims),
-                why=f"critical: stops {', '.join(f'{v.replica_id} ({v.model_class})' for v in victims)}",
+                why=f"critical: stops {stops}" if guarantee is None
+                else f"within the guarantee of {guarantee.scope}: stops {stops}",
+                guarantee=guarantee.scope if guarantee is not None else "",
             )
-            return Decision(model.name, placement, tuple(rejections), len(nodes))
-    return Decision(model.name, None, tuple(rejections), len(nodes))
+            return Decision(model.name, placement, tuple(rejections), len(nodes), "; ".join(stopped))
+    return Decision(model.name, None, tuple(rejections), len(nodes), "; ".join(stopped))
 
 
 CLASSES = ("h100-80gb", "a100-80gb", "l4-24gb", "")
 ENGINE_SETS = ({"vllm": "1", "llamacpp": "1", "sim": "1"}, {"llamacpp": "1"}, {"sim": "1", "vllm": "1"}, {})
 MODEL_NAMES = [f"m{i}" for i in range(6)]
+OWNERS = ("", "org:globex", "team:globex/ml", "project:globex/ml/train", "team:initech/x")
+
+
+def random_quotas(rng: random.Random) -> Quotas:
+    """Limits and guarantees on some of the owners' scopes (none, at times)."""
+    def amounts(*gpus: int | None) -> Amounts:
+        return Amounts(gpus=rng.choice(gpus), cores=rng.choice((None, None, 8, 32)),
+                       memory=rng.choice((None, None, 64 * GiB)))
+
+    out = []
+    for scope in OWNERS[1:]:
+        if rng.random() < 0.6:
+            limit = amounts(None, 0, 1, 2, 4, 8, 16) if rng.random() < 0.5 else Amounts()
+            guaranteed = amounts(None, 2, 8, 16, 32) if rng.random() < 0.7 else Amounts()
+            out.append(CapacityQuota(scope, owner_path(scope), limit, guaranteed))
+    return Quotas(out)
 
 
 def random_node(rng: random.Random, i: int) -> Node:
@@ -143,7 +194,7 @@ def random_models(rng: random.Random) -> list:
         for name in MODEL_NAMES:
             _POOL[name] = [
                 model(name, profiles=[random_profile(made, f"p{k}") for k in range(made.choice((1, 1, 2)))],
-                      source=made.choice(("", "hf://x", "hf://y")),
+                      source=made.choice(("", "hf://x", "hf://y")), owner=made.choice(OWNERS),
                       **{"class": made.choice(("critical", "standard", "opportunistic"))})
                 for _ in range(8)
             ]
@@ -157,7 +208,8 @@ def random_holding(rng: random.Random, i: int, nodes: list[Node], models: list) 
                    gpus=tuple(rng.sample(cards, rng.randint(0, len(cards)))) if cards else (),
                    memory=rng.choice((0, 8 * GiB)), cores=rng.choice((0, 2, 8)),
                    model_class=rng.choice(("critical", "standard", "opportunistic")),
-                   spare=rng.random() < 0.5, started=rng.random())
+                   spare=rng.random() < 0.5, started=rng.random(), owner=rng.choice(OWNERS),
+                   leaving=rng.random() < 0.1)
 
 
 def same(ours: Decision, theirs: Decision) -> None:
@@ -193,36 +245,51 @@ def test_a_pass_decides_as_the_reference_does(seed):
     models = random_models(rng)
     holdings = [random_holding(rng, i, nodes, models) for i in range(rng.randint(0, 6))]
     engines = ENGINES if rng.random() < 0.8 else None
+    quotas = random_quotas(rng) if rng.random() < 0.7 else None
     own = PlacementPass(nodes, holdings, engines=engines)
-    own_nodes_changed = False
     read_later = []  # the pass's decisions, their sentences read only after later decisions
     for step in range(25):
         m = rng.choice(models)
         avoid = {rng.choice(nodes).id} if rng.random() < 0.15 else set()
+        held_for = {rng.choice(nodes).id: "waiting: its cards were taken for critical model x"} \
+            if rng.random() < 0.1 else None
         preempt = rng.random() < 0.8
-        expected = reference_place(m, nodes, holdings, engines=engines, avoid=avoid, preempt=preempt)
-        got = place(m, nodes, holdings, engines=engines, avoid=avoid, preempt=preempt)
+        options = dict(engines=engines, avoid=avoid, preempt=preempt, quotas=quotas, held_for=held_for)
+        expected = reference_place(m, nodes, holdings, **options)
+        got = place(m, nodes, holdings, **options)
         same(got, expected)
-        if not own_nodes_changed:
-            ours = own.decide(m, avoid=avoid, preempt=preempt)
-            assert ours.placement == expected.placement
-            read_later.append((ours, expected))
+        ours = own.decide(m, avoid=avoid, preempt=preempt, quotas=quotas, held_for=held_for)
+        assert ours.placement == expected.placement
+        assert ours.quota == expected.quota
+        read_later.append((ours, expected))
         p = expected.placement
-        if p is not None and not p.preempts:
+        if p is not None and p.preempts:  # the victims are being stopped: they hold their cards, count for nothing
+            for i, h in enumerate(holdings):
+                if h.replica_id in p.preempts:
+                    holdings[i] = attrs.evolve(h, leaving=True)
+            for victim in p.preempts:
+                own.relabel(victim, leaving=True)
+        elif p is not None:
             h = Holding(f"new-{step}", m.name, p.node, gpus=p.gpus, memory=p.memory, cores=p.cores,
-                        model_class=m.class_)
+                        model_class=m.class_, owner=m.owner)
             holdings.append(h)
             own.hold(h)
         roll = rng.random()
-        if roll < 0.1:
-            change_a_node(rng, nodes)
-            own_nodes_changed = True
+        if roll < 0.05 and holdings:  # one is made spare, or no longer
+            i = rng.randrange(len(holdings))
+            holdings[i] = attrs.evolve(holdings[i], spare=not holdings[i].spare)
+            own.relabel(holdings[i].replica_id, spare=holdings[i].spare)
+            for j, other in enumerate(holdings):  # a replica id names all its holdings
+                if other.replica_id == holdings[i].replica_id:
+                    holdings[j] = attrs.evolve(other, spare=holdings[i].spare)
+        elif roll < 0.1:
+            change_a_node(rng, nodes)  # in place: the next pass is made anew, as the reconciler's is
+            own = PlacementPass(nodes, holdings, engines=engines)
         elif roll < 0.15:
             holdings = [attrs.evolve(h) for h in holdings]  # equal, not the same: as the reconciler passes them
         elif roll < 0.2 and holdings:
             holdings.pop(rng.randrange(len(holdings)))  # one stopped
             own = PlacementPass(nodes, holdings, engines=engines)
-            own_nodes_changed = False
     for ours, expected in read_later:
         same(ours, expected)
 
