@@ -97,6 +97,7 @@ def register(sub) -> None:
     p.add_argument("query", nargs="?", default="")
     p.add_argument("--sort", choices=("trending", "downloads", "likes", "newest"), default="trending")
     p.add_argument("--limit", type=int, default=20)
+    _dir(p)  # an offline mirror (llmgw mirror offline) searches nothing
     _registry(p)
     add_json_flag(p)
     p.set_defaults(handler=run_search)
@@ -104,6 +105,14 @@ def register(sub) -> None:
     from llmgw.cli import release_cmd  # releases kept in the mirror (llmgw.release)
 
     release_cmd.register_mirror(cmds, _dir)
+
+    p = cmds.add_parser("offline", help="say, or set, whether this mirror fetches from outside (on, off)",
+                        description="With no argument, say whether the mirror is offline. on: refuse every fetch "
+                        "from outside (Hugging Face, GitHub, PyPI, any URL) by this mirror's commands and API, as "
+                        "`llmgw bundle import` does; off: allow them again. Kept in MIRROR/_llmgw/offline.json.")
+    p.add_argument("state", nargs="?", choices=("on", "off"))
+    _dir(p)
+    p.set_defaults(handler=run_offline)
 
 
 def _no_subcommand(parser: argparse.ArgumentParser):
@@ -130,6 +139,14 @@ def _registry(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry", default="", help="the registry's URL (default $HF_ENDPOINT or https://huggingface.co)")
     p.add_argument("--allow-private", action="store_true",
                    help="let the registry or a URL be a loopback or private address (a registry inside the network)")
+
+
+def _offline(args: argparse.Namespace):
+    """What says, at each fetch, whether this mirror is offline (llmgw.mirror.offline)."""
+    from llmgw.mirror.offline import offline_reason
+
+    directory = getattr(args, "dir", "") or os.environ.get("LLMGW_MIRROR_DIR", DEFAULT_DIR)
+    return lambda: offline_reason(directory)
 
 
 def _fail(command: str, exc: BaseException) -> int:
@@ -192,7 +209,7 @@ async def run_add(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-size: {exc}") from None
     layout = Layout(args.dir)
     try:
-        async with SafeFetcher(allow_private=args.allow_private) as safe:
+        async with SafeFetcher(allow_private=args.allow_private, offline=_offline(args)) as safe:
             fetcher = MirrorFetcher(layout, safe, Registry(safe, args.registry or None), max_bytes=max_bytes,
                                     progress=lambda label: Progress(label))
             result = await fetcher.add(args.source, patterns=args.files, name=args.name)
@@ -342,7 +359,7 @@ async def run_check_updates(args: argparse.Namespace) -> int:
     from llmgw.mirror.safefetch import SafeFetcher
 
     try:
-        async with SafeFetcher(allow_private=args.allow_private) as safe:
+        async with SafeFetcher(allow_private=args.allow_private, offline=_offline(args)) as safe:
             rows = await ops.check_updates(Layout(args.dir), Registry(safe, args.registry or None), args.model)
     except _known_errors() as exc:
         return _fail("check-updates", exc)
@@ -362,7 +379,7 @@ async def run_search(args: argparse.Namespace) -> int:
     from llmgw.mirror.safefetch import SafeFetcher
 
     try:
-        async with SafeFetcher(allow_private=args.allow_private) as safe:
+        async with SafeFetcher(allow_private=args.allow_private, offline=_offline(args)) as safe:
             found = await Registry(safe, args.registry or None).search(args.query, sort=args.sort, limit=args.limit)
     except _known_errors() as exc:
         return _fail("search", exc)
@@ -372,4 +389,17 @@ async def run_search(args: argparse.Namespace) -> int:
         return 0
     print_table([{"repo": r.repo, "downloads": r.downloads, "likes": r.likes, "created": r.created_at[:10]}
                  for r in found], ["repo", "downloads", "likes", "created"])
+    return 0
+
+
+def run_offline(args: argparse.Namespace) -> int:
+    from llmgw.mirror.offline import offline_reason, set_offline
+
+    if args.state is not None:
+        try:
+            set_offline(args.dir, args.state == "on", by="llmgw mirror offline on")
+        except OSError as exc:
+            return _fail("offline", exc)
+    reason = offline_reason(args.dir)
+    print(f"{args.dir}: offline: {reason}" if reason else f"{args.dir}: online (fetches from outside are allowed)")
     return 0

@@ -65,6 +65,13 @@ def register(server_sub) -> None:
                    help="who may scrape metrics besides loopback (repeat)")
     n.add_argument("--no-firewall", dest="firewall", action="store_false",
                    help="write and apply no firewall table")
+    b = p.add_argument_group("a site with no internet (docs/releases.md)")
+    b.add_argument("--bundle", default="", metavar="BUNDLE",
+                   help="with --mirror here: import this offline bundle (llmgw bundle create) into the mirror, "
+                   "checked whole before anything is written, and mark the cluster offline (mirror.offline)")
+    b.add_argument("--bundle-sha256", default="", metavar="HEX", help="the sha256 `bundle create` printed for it")
+    b.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
+                   help="a release key the bundle may be signed by, beside the built-in ones (repeatable)")
     p.add_argument("--no-start", dest="start", action="store_false", help="install, but start nothing")
     p.add_argument("--wait", type=float, default=180.0, metavar="SECONDS",
                    help="how long to wait for the server to answer (default 180)")
@@ -169,6 +176,7 @@ def run(args: argparse.Namespace):
         metrics_listen=args.metrics_listen, mirror_listen=args.mirror_listen,
         mirror_api_listen=args.mirror_api_listen, admin_from=args.admin_from, nodes_from=args.nodes_from,
         metrics_from=args.metrics_from, firewall=args.firewall, start=args.start, wait=args.wait,
+        bundle=args.bundle, bundle_sha256=args.bundle_sha256, trust=args.trust,
     )
 
     def say(text: str) -> None:

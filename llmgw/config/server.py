@@ -451,6 +451,11 @@ class MirrorConfig:
         Duration(hours=6),
         doc="How often the leader asks whether the repositories served models came from have new files; 0 never asks.",
     )
+    offline: bool = setting(
+        False,
+        doc="This site has no way out (docs/releases.md): the control plane asks no registry outside (update "
+        "checks refused in words), and every model's weights must come from the mirror (mirror.url).",
+    )
 
 
 @attrs.frozen

@@ -178,6 +178,9 @@ def check_server(config: ServerConfig) -> list[Problem]:
         value = getattr(config.mirror, key)
         if value:
             problems += _url(("mirror", key), value, "an address")
+    from llmgw.bundle.offline_settings import problems as offline_problems  # mirror.offline: with its reader
+
+    problems += [Problem(where, text) for where, text in offline_problems(config)]
     problems += _guard(config.guard)
     problems += _guard_judges(config)
     problems += _notify(config.notify)

@@ -31,6 +31,7 @@ class ServerFile:
     store_is_postgres: bool
     mirror_url: str = ""
     mirror_api: str = ""
+    mirror_offline: bool = False  #: from an offline bundle (--bundle): nothing is fetched from outside
     model: str = "none"  #: none, sim, or a GGUF repository (org/repo) for llama.cpp on CPUs
 
 
@@ -131,6 +132,8 @@ def server_yaml(layout: Layout, f: ServerFile, *, hostname: str) -> str:
         ]
         if f.mirror_api:
             lines.append(f"  api: {_q(f.mirror_api)}")
+        if f.mirror_offline:
+            lines.append("  offline: true  # installed from an offline bundle: nothing is fetched from outside")
         lines.append("")
     else:
         lines += [

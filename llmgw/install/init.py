@@ -107,6 +107,9 @@ class InitOptions:
     firewall: bool = True
     start: bool = True
     wait: float = 180.0
+    bundle: str = ""  #: an offline bundle (llmgw bundle create) imported into this machine's mirror
+    bundle_sha256: str = ""  #: the sha256 its maker printed, checked when given
+    trust: tuple[str, ...] = attrs.field(factory=tuple, converter=tuple)  #: release keys the bundle may be signed by
 
 
 def _mask_dsn(dsn: str) -> str:
@@ -235,8 +238,30 @@ async def check_options(layout: Layout, opts: InitOptions) -> list[str]:
     if opts.model != "none" and not opts.node:
         problems.append(f"--model {opts.model}: a first model needs a node to run on; add --node "
                         "(this machine), or leave --model out and add models once nodes join")
+    problems += _check_bundle(layout, opts)
     problems += _check_existing(layout)
     return problems
+
+
+def _check_bundle(layout: Layout, opts: InitOptions) -> list[str]:
+    """--bundle: checked whole (llmgw.bundle.importer) before anything is written; its problems, each named."""
+    if not opts.bundle:
+        return []
+    if opts.mirror != "here":
+        return [f"--bundle {opts.bundle}: needs --mirror here, the mirror on this machine its models, engines "
+                "and release go into"]
+    from llmgw.bundle.importer import BundleRefused, check_bundle
+    from llmgw.release.keys import KeyError_
+    from llmgw.release.trust import trust_from
+
+    try:
+        check_bundle(opts.bundle, trust_from(trusted=opts.trust), layout.state / "mirror",
+                     expected_sha256=opts.bundle_sha256)
+    except BundleRefused as exc:
+        return [f"--bundle {p}" for p in [exc.where + ": refused"] + exc.problems]
+    except (KeyError_, OSError) as exc:
+        return [f"--bundle {opts.bundle}: {exc}"]
+    return []
 
 
 def _check_existing(layout: Layout) -> list[str]:
@@ -336,6 +361,7 @@ class Installer:
             agent_listen=self.opts.agent_listen, metrics_listen=self.opts.metrics_listen,
             store_dsn=f"file:{self.layout.store_dsn_file}" if postgres and not inline_dsn else dsn,
             store_is_postgres=postgres, mirror_url=mirror_url, mirror_api=mirror_api, model=self.opts.model,
+            mirror_offline=bool(self.opts.bundle),
         )
 
     def server_text(self, *, inline_dsn: bool = False) -> str:
@@ -537,6 +563,7 @@ class Installer:
             else:
                 issue_node(L.ca_dir, self.opts.node_id, L.tls)
                 self.say(f"{L.tls / 'node.pem'}: issued for node {self.opts.node_id}")
+        self._import_bundle()
         await self._ensure_admin()
         self._ensure_user()
         if not L.units.exists():
@@ -547,6 +574,22 @@ class Installer:
         self.manifest.save()
         self._install_firewall()
         self.manifest.save()
+
+    def _import_bundle(self) -> None:
+        """--bundle: into this machine's mirror (checked again as it is written), which is then offline."""
+        if not self.opts.bundle:
+            return
+        from llmgw.bundle.importer import BundleRefused, import_bundle
+        from llmgw.release.trust import trust_from
+
+        mirror = self.layout.state / "mirror"
+        try:
+            done = import_bundle(self.opts.bundle, mirror, trust_from(trusted=self.opts.trust),
+                                 expected_sha256=self.opts.bundle_sha256)
+        except BundleRefused as exc:
+            raise InitError([f"--bundle {p}" for p in exc.problems]) from None
+        self.say(f"{mirror}: imported the bundle {self.opts.bundle} (release {done.manifest.release}, "
+                 f"{len(done.manifest.models)} models, signed by key {done.key_id}); the mirror is offline")
 
     def _write_alert_rules(self) -> None:
         from llmgw.obs.monitoring_files import rules_yaml

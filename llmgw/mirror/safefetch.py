@@ -22,7 +22,7 @@ import contextlib
 import ipaddress
 import json
 import socket
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 from urllib.parse import urljoin
 
 import aiohttp
@@ -41,6 +41,10 @@ class BlockedAddress(ValueError):
 
 class FetchError(Exception):
     """A fetch that failed for a reason worth one line to the operator."""
+
+
+class OfflineRefused(FetchError):
+    """A fetch from outside on a site that is offline: refused before any connection, naming the setting."""
 
 
 def forbidden_reason(address: str) -> str | None:
@@ -132,8 +136,12 @@ class SafeFetcher:
         max_redirects: int = 5,
         max_json_bytes: int = 16 << 20,
         user_agent: str = "llmgw-mirror",
+        offline: str | Callable[[], str] = "",
     ) -> None:
         self.allow_private = allow_private
+        #: why this site fetches nothing from outside (the setting that says so), or what says it at each
+        #: fetch; empty fetches
+        self.offline = offline
         self.max_redirects = max_redirects
         self.max_json_bytes = max_json_bytes
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
@@ -164,6 +172,9 @@ class SafeFetcher:
     @contextlib.asynccontextmanager
     async def get(self, url: str, headers: dict[str, str] | None = None) -> AsyncIterator[aiohttp.ClientResponse]:
         """GET `url`, following checked redirects; yields the final response, unread."""
+        offline = self.offline() if callable(self.offline) else self.offline
+        if offline:
+            raise OfflineRefused(f"{_strip_query(url)}: not fetched: {offline}")
         headers = dict(headers or {})
         current = check_url(url, allow_private=self.allow_private)
         for _ in range(self.max_redirects + 1):

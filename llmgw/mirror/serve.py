@@ -535,7 +535,10 @@ async def serve(options: ServeOptions, *, stop: asyncio.Event | None = None,
                 pass
     runners: list[web.AppRunner] = []
     addresses: list[str] = []
-    async with SafeFetcher(allow_private=options.allow_private) as safe:
+    from llmgw.mirror.offline import offline_reason
+
+    async with SafeFetcher(allow_private=options.allow_private,
+                           offline=lambda: offline_reason(options.directory)) as safe:
         try:
             host, port = parse_listen(options.listen)
             metrics = MirrorMetrics()

@@ -43,6 +43,10 @@ TIMEOUT = aiohttp.ClientTimeout(total=120, sock_connect=10)
 FIRST_DELAY = 30.0
 
 
+#: What an update check says on a cluster server.yaml marks offline.
+OFFLINE = "server.yaml's mirror.offline is true: this cluster asks no registry outside (set it false to check)"
+
+
 @attrs.frozen
 class ModelUpdate:
     """One served model and what its repository has now."""
@@ -152,7 +156,8 @@ class UpdateChecker:
         from llmgw.mirror.safefetch import SafeFetcher
 
         rows = []
-        async with MirrorClient(self.mirror.url) as client, SafeFetcher(allow_private=self.allow_private) as safe:
+        async with MirrorClient(self.mirror.url) as client, SafeFetcher(
+                allow_private=self.allow_private, offline=OFFLINE if self.mirror.offline else "") as safe:
             registry = Registry(safe, self.mirror.registry or None)
             for model in mirror_models:
                 try:

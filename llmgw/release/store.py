@@ -25,7 +25,7 @@ __all__ = ["RELEASES", "StoredRelease", "add_release", "list_releases", "release
 
 RELEASES = Path("_llmgw") / "releases"
 _ZIPAPP = re.compile(r"llmgw-(?P<version>[0-9A-Za-z][0-9A-Za-z.+_-]*?)-linux-(?:x86_64|aarch64|amd64|arm64)\.pyz")
-_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
+RELEASE_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
 
 
 @attrs.frozen
@@ -45,7 +45,7 @@ def release_name(files: list[VerifiedFile], directory: Path, given: str | None =
             raise ReleaseRefused(str(directory), [f"its zipapps name different versions ({', '.join(sorted(versions))}); "
                                                   "give --name"])
         name = versions.pop() if versions else directory.absolute().name
-    if not _NAME.fullmatch(name):
+    if not RELEASE_NAME.fullmatch(name):
         raise ReleaseRefused(str(directory), [f"release name {name!r}: use letters, digits, '.', '_', '+' and '-' "
                                               "(give --name)"])
     return name
