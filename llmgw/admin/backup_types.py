@@ -36,6 +36,18 @@ class BackupArchive:
     size: int = field("Its size in bytes.")
     created: dt.datetime = field("When it was made (from its name).")
     sha256: str | None = field("Its sha256 from NAME.sha256 beside it; null when that file is missing.", None)
+    encrypted: bool = field("Whether it is encrypted with age (its name ends in .tar.gz.age).", False)
+
+
+@attrs.frozen(kw_only=True)
+class ScheduledRun:
+    """The last backup backup.schedule made (or tried to)."""
+
+    at: dt.datetime = field("When it started.")
+    ok: bool = field("Whether it was made, read back whole and copied to every backup.copy_to.")
+    archive: str = field("The archive's name; empty when none was made.", "")
+    copies: list[str] = field("Where it was copied.", factory=list)
+    error: str = field("What went wrong, when it failed.", "")
 
 
 @attrs.frozen(kw_only=True)
@@ -45,3 +57,11 @@ class BackupList:
     dir: str = field("The backup folder (backup.dir, or its default beside the store).")
     keep: int = field("How many are kept (backup.keep); 0 keeps every one.")
     backups: list[BackupArchive] = field("The archives, newest first.")
+    encrypted: bool = field("Whether new archives are encrypted (backup.encrypt_to or backup.passphrase_file).",
+                            False)
+    copy_to: list[str] = field("Where each new archive is copied (backup.copy_to).", factory=list)
+    schedule: str = field("When this server backs up by itself (backup.schedule, as said in words); empty for "
+                          "never.", "")
+    next_due: dt.datetime | None = field("When the next scheduled backup is due; null without a schedule.", None)
+    last_scheduled: ScheduledRun | None = field(
+        "The last scheduled backup on this control plane since it started; null before the first.", None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from llmgw.admin.backup_types import BackupArchive, BackupList, BackupMade
+from llmgw.admin.backup_types import BackupArchive, BackupList, BackupMade, ScheduledRun
 from llmgw.admin.dispatch import Call
 from llmgw.admin.errors import ApiError
 
@@ -42,7 +42,8 @@ async def make_backup(call: Call) -> BackupMade:
 
 
 async def list_backups(call: Call) -> BackupList:
-    """The archives in the backup folder, newest first, with their size and sha256."""
+    """The archives in the backup folder, newest first, with their size and sha256; whether new ones are
+    encrypted, where they are copied, and the schedule with its last outcome."""
     from llmgw.backup import BackupError, backup_dir, list_archives, store_location
 
     admin = call.admin
@@ -52,6 +53,16 @@ async def list_backups(call: Call) -> BackupList:
         found = await asyncio.to_thread(list_archives, folder)
     except BackupError as exc:
         raise ApiError(500, str(exc)) from None
-    return BackupList(dir=folder, keep=admin.config.backup.keep, backups=[
-        BackupArchive(name=a.name, path=a.path, size=a.size, created=a.created, sha256=a.sha256) for a in found])
+    b = admin.config.backup
+    job = admin.backup_job
+    last = None
+    if job is not None and job.last is not None:
+        last = ScheduledRun(at=job.last.at, ok=job.last.ok, archive=job.last.archive, copies=list(job.last.copies),
+                            error=job.last.error)
+    return BackupList(dir=folder, keep=b.keep, backups=[
+        BackupArchive(name=a.name, path=a.path, size=a.size, created=a.created, sha256=a.sha256,
+                      encrypted=a.encrypted) for a in found],
+        encrypted=bool(b.encrypt_to or b.passphrase_file), copy_to=list(b.copy_to),
+        schedule=str(job.schedule) if job is not None else "", next_due=job.next_due if job is not None else None,
+        last_scheduled=last)
 

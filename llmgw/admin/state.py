@@ -48,6 +48,8 @@ class Admin:
     config_seen: Any = None
     #: one backup at a time (POST /backups)
     backup_lock: asyncio.Lock = attrs.Factory(asyncio.Lock)
+    #: backup.schedule's job (llmgw.backup.schedule.BackupJob): its last outcome for GET /backups; None without one
+    backup_job: Any = None
     #: sends events to server.yaml's notify.sinks (llmgw.notify.notifier.Notifier); None: one is built for a test
     notifier: Any = None
 

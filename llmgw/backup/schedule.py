@@ -119,6 +119,8 @@ class BackupJob:
     failures: int = 0
     successes: int = 0
     next_due: dt.datetime | None = None
+    #: the longest it sleeps before looking at the clock again (a clock that jumps is followed)
+    poll_s: float = 60.0
 
     async def run_forever(self) -> None:
         self.next_due = self.schedule.next_after(self.clock())
@@ -126,7 +128,7 @@ class BackupJob:
         while True:
             wait = (self.next_due - self.clock()).total_seconds()
             if wait > 0:
-                await asyncio.sleep(min(wait, 60.0))  # woken each minute: a clock that jumps is followed
+                await asyncio.sleep(min(wait, self.poll_s))
                 continue
             self.next_due = self.schedule.next_after(self.clock())
             if not self.is_leader():
@@ -159,3 +161,61 @@ class BackupJob:
             self.failures += 1
             log.error("scheduled backup failed: %s", outcome.error)
         return outcome
+
+
+def _leads(admin: Any) -> bool:
+    """Whether this control plane is the one that backs up: the leader, or the only one (no control plane)."""
+    slot = getattr(admin.cluster, "slot", None)
+    plane = getattr(slot, "plane", None)
+    return True if plane is None else bool(plane.leading)
+
+
+async def scheduled_backups(app: Any) -> Any:
+    """The admin app's cleanup context: backup.schedule's job, kept on the admin state as `backup_job`."""
+    from llmgw.admin.state import ADMIN
+    from llmgw.tasks import cancel_and_wait
+
+    admin = app[ADMIN]
+    schedule = parse_schedule(admin.config.backup.schedule)
+    if schedule is None:
+        yield
+        return
+    job = BackupJob(config=admin.config, config_path=admin.config_path, store=admin.store, schedule=schedule,
+                    lock=admin.backup_lock, is_leader=lambda: _leads(admin))
+    admin.backup_job = job
+    task = asyncio.get_running_loop().create_task(job.run_forever(), name="llmgw-backup-schedule")
+    try:
+        yield
+    finally:
+        await cancel_and_wait(task)
+
+
+class BackupCollector:
+    """llmgw_backup_*: the scheduled backups' outcomes (no series while backup.schedule is empty)."""
+
+    def __init__(self, admin: Any) -> None:
+        self.admin = admin
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from llmgw.obs.metric_defs import defn
+
+        job = getattr(self.admin, "backup_job", None)
+        if job is None:
+            return
+        d = defn("llmgw_backup_runs_total")
+        runs = CounterMetricFamily(d.family, d.help, labels=list(d.labels))
+        runs.add_metric(["ok"], job.successes)
+        runs.add_metric(["failed"], job.failures)
+        yield runs
+        d = defn("llmgw_backup_last_success_timestamp_seconds")
+        yield GaugeMetricFamily(d.family, d.help,
+                                value=job.last_success.timestamp() if job.last_success else 0.0)
+        d = defn("llmgw_backup_last_failed")
+        yield GaugeMetricFamily(d.family, d.help, value=1.0 if job.last is not None and not job.last.ok else 0.0)
+        d = defn("llmgw_backup_last_size_bytes")
+        yield GaugeMetricFamily(d.family, d.help, value=float(job.last.size) if job.last and job.last.ok else 0.0)

@@ -52,6 +52,21 @@ def run_backups(args: argparse.Namespace, client: AdminClient) -> int:
         print_json(answer)
         return 0
     print(f"{answer['dir']} (keeping {answer['keep'] or 'every one'})")
+    if not answer.get("encrypted"):
+        print("  NOT ENCRYPTED: the archives hold key and password hashes and private keys in clear; set "
+              "backup.encrypt_to")
+    for where in answer.get("copy_to") or []:
+        print(f"  copied to {where}")
+    if answer.get("schedule"):
+        due = (answer.get("next_due") or "")[:19].replace("T", " ")
+        print(f"  scheduled {answer['schedule']}; the next at {due} UTC")
+        last = answer.get("last_scheduled")
+        if last is None:
+            print("  last scheduled backup: none yet since this server started")
+        elif last["ok"]:
+            print(f"  last scheduled backup: ok at {last['at'][:19].replace('T', ' ')}: {last['archive']}")
+        else:
+            print(f"  last scheduled backup: FAILED at {last['at'][:19].replace('T', ' ')}: {last['error']}")
     rows = [{"name": b["name"], "made": b["created"][:19].replace("T", " "), "size": _size(b["size"]),
              "sha256": b["sha256"] or "-"} for b in answer["backups"]]
     print_table(rows, ["name", "made", "size", "sha256"])

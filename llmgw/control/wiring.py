@@ -143,6 +143,11 @@ async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, config_p
                                on_tenancy_change=getattr(resolver, "invalidate", None),
                                config_path=config_path, live=live, in_force=in_force,
                                notifier=app.get(NOTIFIER))
+    if config.backup.schedule:
+        from llmgw.admin.state import ADMIN
+        from llmgw.backup.schedule import BackupCollector
+
+        app[GATEWAY].metrics.registry.register(BackupCollector(admin_app[ADMIN]))  # llmgw_backup_*
     try:
         host, port = admin_address(config)
         serving = serve_admin(admin_app, host, port)

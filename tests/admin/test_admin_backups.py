@@ -60,7 +60,8 @@ async def test_without_server_yaml_only_the_store_is_kept(make_admin, tmp_path):
 async def test_an_empty_folder_lists_nothing_and_the_default_is_beside_the_store(make_admin, tmp_path):
     admin = await make_admin(None, config=ServerConfig())
     listed = await admin.call("GET", "/backups")
-    assert listed == {"dir": str(tmp_path / "backups"), "keep": 7, "backups": []}
+    assert listed == {"dir": str(tmp_path / "backups"), "keep": 7, "backups": [], "encrypted": False,
+                      "copy_to": [], "schedule": "", "next_due": None, "last_scheduled": None}
 
 
 async def test_one_at_a_time_and_failures_said(make_admin, tmp_path):

@@ -16,7 +16,11 @@ def live(tmp_path, monkeypatch):
 
 
 def test_backup_then_list(capsys, live, tmp_path):
-    assert ok(capsys, "backups").splitlines() == [f"{tmp_path}/backups (keeping 7)", "(none)"]
+    assert ok(capsys, "backups").splitlines() == [
+        f"{tmp_path}/backups (keeping 7)",
+        "  NOT ENCRYPTED: the archives hold key and password hashes and private keys in clear; set "
+        "backup.encrypt_to",
+        "(none)"]
     out = ok(capsys, "backup", "--actor", "ann").splitlines()
     path = out[0]
     assert path.startswith(f"{tmp_path}/backups/llmgw-backup-") and os.path.isfile(path)
@@ -26,9 +30,9 @@ def test_backup_then_list(capsys, live, tmp_path):
     assert out[3].endswith("and no configuration (the server was not started from a file)")
     made = ok_json(capsys, "backup")
     table = ok(capsys, "backups").splitlines()
-    assert table[1].split()[:2] == ["NAME", "MADE"]
-    assert table[2].startswith(made["name"]) and table[2].endswith(made["sha256"])
-    assert table[3].startswith(os.path.basename(path)) and table[3].endswith(sha256)
+    assert table[2].split()[:2] == ["NAME", "MADE"]
+    assert table[3].startswith(made["name"]) and table[3].endswith(made["sha256"])
+    assert table[4].startswith(os.path.basename(path)) and table[4].endswith(sha256)
     listed = ok_json(capsys, "backups")
     assert [b["name"] for b in listed["backups"]] == [made["name"], os.path.basename(path)]
     events = ok_json(capsys, "audit", "--action", "backups.create")["events"]
