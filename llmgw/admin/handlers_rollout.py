@@ -11,8 +11,8 @@ from llmgw.admin.cluster_types import JobInfo
 from llmgw.admin.dispatch import Call
 from llmgw.admin.rollout_types import CanaryInfo, CanaryList, EvalResult
 
-__all__ = ["abort_canary", "evaluate_model", "list_canaries", "promote_canary", "rollback_model", "set_canary_weight",
-           "start_canary", "update_model"]
+__all__ = ["abort_canary", "evaluate_model", "list_canaries", "promote_canary", "rollback_model", "serve_model",
+           "set_canary_weight", "start_canary", "update_model"]
 
 
 def _method(call: Call, name: str):
@@ -29,6 +29,17 @@ async def update_model(call: Call) -> JobInfo:
     and the old revision keeps serving. Answers at once with the job that follows it."""
     body = call.body
     return await _method(call, "update_model")(call.params["name"], to=body.to, gate=body.gate, actor=call.actor)
+
+
+async def serve_model(call: Call) -> JobInfo:
+    """Serve a model from a registry repository or the mirror, as one job: fetched into the mirror (a repository),
+    planned against the cluster's hardware (the best file, every way it fits a profile), added to the catalog,
+    started, and asked to say hello. Answers at once with the job; a refusal before it starts changes nothing."""
+    body = call.body
+    call.target = f"model:{body.name or body.source}"
+    spec = {"source": body.source, "name": body.name, "files": list(body.files), "file": body.file,
+            "context": body.context, "concurrency": body.concurrency, "engine": body.engine}
+    return await _method(call, "serve_model")(spec, actor=call.actor)
 
 
 async def rollback_model(call: Call) -> JobInfo:

@@ -10,7 +10,7 @@ import attrs
 from llmgw.admin.fields import field
 
 __all__ = ["CanaryInfo", "CanaryList", "CanaryStart", "CanaryWeight", "EvalCase", "EvalRequest", "EvalResult",
-           "PromoteRequest", "UpdateRequest"]
+           "PromoteRequest", "ServeRequest", "UpdateRequest"]
 
 _SUITE = ("A quality suite (name, threshold, margin, system, max_tokens, judge, cases of a prompt and one of exact, "
           "contains, regex or judge) the new revision must pass before it takes traffic; null: none.")
@@ -23,6 +23,24 @@ class UpdateRequest:
 
     to: str = field("The new source, or a revision of the one it has (org/repo@REV, a mirror path's version).")
     gate: dict[str, Any] | None = field(_SUITE, None, schema={"type": ["object", "null"]})
+
+
+@attrs.frozen(kw_only=True)
+class ServeRequest:
+    """A model to serve from a repository or the mirror: fetched, planned, added, started and asked hello."""
+
+    source: str = field("A registry repository (org/name[@revision]), fetched into the mirror through mirror.api; "
+                        "or a model already on the mirror: MODEL[/VERSION[/FILE]] or its URL.",
+                        schema={"minLength": 1})
+    name: str = field("The catalog name to give it; empty: the mirror's name for the model.", "")
+    files: list[str] = field("Patterns of the repository's files to fetch, like *Q4_K_M*; empty: the mirror's "
+                             "choice.", attrs.Factory(list))
+    file: str = field("The file of the version to serve; empty: the plan's best.", "")
+    context: int | None = field("Tokens of context each sequence holds (default: the model's, at most 8192).", None,
+                                schema={"type": ["integer", "null"], "minimum": 1})
+    concurrency: int = field("Sequences held at once, each with the whole context, in the plan.", 1,
+                             schema={"minimum": 1})
+    engine: str = field("The engine to run it; empty: llamacpp for a GGUF, vllm for original weights.", "")
 
 
 @attrs.frozen(kw_only=True)

@@ -78,6 +78,7 @@ from llmgw.admin.rollout_types import (
     EvalRequest,
     EvalResult,
     PromoteRequest,
+    ServeRequest,
     UpdateRequest,
 )
 from llmgw.admin.mail_types import MailList, MailQuery
@@ -244,6 +245,9 @@ ROUTES: tuple[Route, ...] = (
     Route(method="POST", path="/models/{name}/eval", handler=hr.evaluate_model, tag="cluster",
           response=EvalResult, request=EvalRequest, params=MODEL, action="models.eval", target="model:{name}",
           summary="Ask a quality suite of a model"),
+    Route(method="POST", path="/model-serve", handler=hr.serve_model, tag="cluster", response=JobInfo,
+          request=ServeRequest, status=202, action="models.serve", target="model:?",
+          summary="Serve a model from a repository or the mirror"),
     Route(method="GET", path="/model-updates", handler=hc.list_model_updates, tag="cluster",
           response=ModelUpdateList, summary="New files for served models"),
     Route(method="POST", path="/model-updates/check", handler=hc.check_model_updates, tag="cluster",

@@ -1,4 +1,4 @@
-"""`llmgw ctl model update|rollback|canary|promote|abort|canaries` and `llmgw ctl eval run`.
+"""`llmgw ctl model serve|update|rollback|canary|promote|abort|canaries` and `llmgw ctl eval run`.
 
 A model's revisions, through the admin API (llmgw/control/rollout.py does
 the work on the leader). A quality suite is read here from a YAML or JSON
@@ -36,6 +36,26 @@ def register_model_commands(cmds) -> None:
     p.add_argument("--gate", metavar="SUITE", help=_GATE)
     p.add_argument("--wait", action="store_true", help=_WAIT)
     register_leaf(p, run_update)
+
+    p = cmds.add_parser("serve", help="Fetch, plan, add and start a model, then ask it hello, as one job.",
+                        description="Serve a model as one job: a registry repository (org/name[@revision]) is "
+                        "fetched into the mirror through its API (mirror.api); its files are planned against the "
+                        "cluster's hardware as `ctl model plan` does, the best chosen (or --file), every way it "
+                        "fits written as a profile, best first; the model is added to the catalog (llama.cpp for a "
+                        "GGUF, vLLM for original weights, unless --engine), started, and asked to say hello. "
+                        "SOURCE may also be a model already on the mirror: MODEL[/VERSION[/FILE]] or its URL.")
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument("--name", default="", help="the catalog name (default: the mirror's name for the model)")
+    p.add_argument("--files", action="append", default=[], metavar="PATTERN",
+                   help="fetch only the repository's files matching PATTERN, like '*Q4_K_M*' (again for more)")
+    p.add_argument("--file", default="", metavar="FILE", help="serve this file of the version, not the plan's best")
+    p.add_argument("--context", type=int, metavar="N",
+                   help="tokens of context each sequence holds (default: the model's, at most 8192)")
+    p.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="sequences held at once, each with the whole context, in the plan (default 1)")
+    p.add_argument("--engine", default="", help="the engine (default: llamacpp for a GGUF, vllm for original weights)")
+    p.add_argument("--wait", action="store_true", help=_WAIT)
+    register_leaf(p, run_serve)
 
     p = cmds.add_parser("rollback", help="Return a model to the revision its last update replaced.",
                         description="Return a model to the definition its last update or promotion replaced "
@@ -124,6 +144,14 @@ def _started(args: argparse.Namespace, client: AdminClient, job: dict[str, Any])
 def run_update(args: argparse.Namespace, client: AdminClient) -> int:
     body = {"to": args.to, "gate": _gate(args)}
     return _started(args, client, client.post(f"/models/{quote(args.name)}/update", body))
+
+
+def run_serve(args: argparse.Namespace, client: AdminClient) -> int:
+    if args.context is not None and args.context < 1 or args.concurrency < 1:
+        raise CtlError("--context and --concurrency: 1 or more", 2)
+    body = {"source": args.source, "name": args.name, "files": args.files, "file": args.file,
+            "context": args.context, "concurrency": args.concurrency, "engine": args.engine}
+    return _started(args, client, client.post("/model-serve", body))
 
 
 def run_rollback(args: argparse.Namespace, client: AdminClient) -> int:

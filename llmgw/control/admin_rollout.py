@@ -63,6 +63,12 @@ class AdminRollouts:
         except RolloutError as exc:
             raise _refusal(exc) from None
 
+    async def serve_model(self, spec: Mapping[str, Any], *, actor: str) -> JobInfo:
+        try:
+            return self._job_info(await self._leader().serving.serve(spec, actor=actor))
+        except RolloutError as exc:
+            raise _refusal(exc) from None
+
     async def rollback_model(self, name: str, *, actor: str) -> JobInfo:
         try:
             return self._job_info(await self._rollouts().rollback(name, actor=actor))

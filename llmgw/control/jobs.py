@@ -65,6 +65,7 @@ JOB_KINDS = {
     "canary": "a model's new revision started beside it as MODEL-canary, for a share of its sessions",
     "promote": "a model moved to its canary's revision, and the canary removed",
     "rollback": "a model returned to the revision an update or a promotion replaced",
+    "serve": "a model served from a repository or the mirror: fetched, planned, added, started, asked hello",
 }
 #: Ended jobs kept; the oldest is forgotten first.
 KEEP_ENDED = 200

@@ -40,6 +40,8 @@ import attrs
 
 from llmgw.control.catalog import CatalogError, CatalogModel, model_to_spec
 from llmgw.control.evals import EvalError, Suite, SuiteResult, gate_verdict, parse_suite, replica_asker, run_suite
+from llmgw.control.job_driver import POLL, JobDriver
+from llmgw.control.job_driver import JobStopped as _Stopped
 from llmgw.control.jobs import Job
 from llmgw.control.rollout_state import ROLLOUTS_SETTING, Canary, Previous, Rollouts, canary_name
 from llmgw.obs import logs
@@ -51,22 +53,12 @@ log = logs.get("llmgw.control.rollout")
 
 __all__ = ["ModelRollouts", "RolloutError", "new_source", "parse_weight"]
 
-#: How long a new revision may take to be ready (its weights fetched, its engine started).
-READY_TIMEOUT = 1800.0
-#: How often a job looks at what runs.
-POLL = 0.25
-
-
 class RolloutError(ValueError):
     """A change refused before anything started; `kind` is invalid, conflict or not_found."""
 
     def __init__(self, text: str, kind: str = "invalid") -> None:
         super().__init__(text)
         self.kind = kind
-
-
-class _Stopped(Exception):
-    """The job cannot go on; its words say why."""
 
 
 def parse_weight(value: Any) -> float:
@@ -114,14 +106,13 @@ class EvalRun:
     at: float
 
 
-class ModelRollouts:
+class ModelRollouts(JobDriver):
     """The leader's updates, canaries and rollbacks; each change runs as a task driving its job."""
 
+    cancelled_words = "stopped: the canary was taken out, or this control plane stopped leading"
+
     def __init__(self, plane: ControlPlane, *, wall_clock: Callable[[], float] = time.time) -> None:
-        self.plane = plane
-        self.wall_clock = wall_clock
-        self.ready_timeout = READY_TIMEOUT
-        self._tasks: dict[str, asyncio.Task] = {}  #: model -> the task changing it
+        super().__init__(plane, wall_clock=wall_clock)
 
     # ---------------------------------------------------------------- reading
 
@@ -138,10 +129,6 @@ class ModelRollouts:
     def previous(self, model: str) -> Previous | None:
         prev = self.state().previous.get(model)
         return prev if prev is not None and prev.until > self.wall_clock() else None
-
-    def busy(self, model: str) -> bool:
-        task = self._tasks.get(model)
-        return task is not None and not task.done()
 
     # ---------------------------------------------------------------- the changes
 
@@ -229,16 +216,6 @@ class ModelRollouts:
         logs.event(log, "quality suite asked", model=cm.name, suite=suite.name, score=round(result.score, 4),
                    cases=len(result.cases))
         return result
-
-    async def stop(self) -> None:
-        for task in list(self._tasks.values()):
-            task.cancel()
-        for task in list(self._tasks.values()):
-            try:
-                await task
-            except BaseException:  # noqa: BLE001 - stopping: what each ended with is in its job
-                pass
-        self._tasks.clear()
 
     # ---------------------------------------------------------------- checks before anything starts
 
@@ -341,63 +318,6 @@ class ModelRollouts:
                            error=str(exc))
         if self.plane.reconciler is not None:
             self.plane.reconciler.kick()
-
-    # ---------------------------------------------------------------- jobs
-
-    def _job(self, model: str, kind: str, actor: str, first: str) -> Job:
-        job = self.plane.jobs.start(model, kind, actor, first=first)
-        job.driven = True
-        return job
-
-    def _run(self, model: str, job: Job, work) -> None:
-        async def drive() -> None:
-            try:
-                await work
-            except _Stopped as exc:
-                self.plane.jobs.end(job, "failed", str(exc))
-            except asyncio.CancelledError:
-                self.plane.jobs.end(job, "failed", "stopped: the canary was taken out, or this control plane "
-                                                   "stopped leading")
-                raise
-            except Exception as exc:  # noqa: BLE001 - a job ends in words whatever went wrong
-                logs.event(log, "model change failed", logging.ERROR, model=model, job=job.id, error=str(exc))
-                self.plane.jobs.end(job, "failed", f"stopped by an error: {exc}")
-
-        self._tasks[model] = asyncio.get_running_loop().create_task(drive(), name=f"rollout {model}")
-
-    def _step(self, job: Job, text: str) -> None:
-        if not job.active:
-            raise _Stopped(job.now)
-        self.plane.jobs.step(job, text)
-
-    # ---------------------------------------------------------------- what runs
-
-    def _ready(self, name: str) -> list:
-        return [r for r in self.plane.replicas.replicas_for(name) if r.usable() and r.source == "control"]
-
-    def _ready_count(self, name: str) -> int:
-        return len(self._ready(name))
-
-    def _wanted(self, name: str) -> int:
-        rec = self.plane.reconciler
-        st = rec.models.get(name) if rec is not None else None
-        return st.wanted if st is not None else 0
-
-    async def _wait_ready(self, job: Job, name: str, count: int) -> None:
-        deadline = asyncio.get_running_loop().time() + self.ready_timeout
-        while self._ready_count(name) < count:
-            if not job.active:
-                raise _Stopped(job.now)
-            rec = self.plane.reconciler
-            st = rec.models.get(name) if rec is not None else None
-            if st is not None and st.parked:
-                raise _Stopped(f"{name} could not start: {st.park_reason}")
-            if asyncio.get_running_loop().time() > deadline:
-                raise _Stopped(f"{name} was not ready within {self.ready_timeout:g} s "
-                               f"({self._ready_count(name)} of {count} replicas ready)")
-            if st is not None and st.decision is not None and st.decision.placement is None:
-                job.now = f"{name} waiting for room: {st.decision.summary()}"  # placement's reason, as jobs say
-            await asyncio.sleep(POLL)
 
     async def _wait_replaced(self, job: Job, name: str, old: list[str]) -> None:
         rec = self.plane.reconciler

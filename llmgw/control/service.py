@@ -170,6 +170,11 @@ class ControlPlane:
 
         #: updates, canaries, promotions and rollbacks, each a job (llmgw/control/rollout.py)
         self.rollouts = ModelRollouts(self)
+        from llmgw.control.model_serve import ModelServing
+        from llmgw.mirror.updates import mirror_api_context
+
+        #: `ctl model serve` jobs: fetch, plan, add, start, hello (llmgw/control/model_serve.py)
+        self.serving = ModelServing(self, ssl_context=mirror_api_context(config))
         from llmgw.obs.control_metrics import ControlMetrics
 
         self.metrics = ControlMetrics(self)  #: its metrics, on the server's /metrics (llmgw/obs/control_metrics.py)
@@ -211,6 +216,7 @@ class ControlPlane:
             return
         self._started = False
         await self.rollouts.stop()
+        await self.serving.stop()
         await self.leadership.stop(release=True)
         await self.updates.stop()
         if self.reconciler is not None:

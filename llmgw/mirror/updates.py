@@ -36,7 +36,7 @@ from llmgw.tasks import cancel_and_wait
 
 log = logs.get("llmgw.mirror.updates")
 
-__all__ = ["ModelUpdate", "UpdateChecker", "UpdateWatcher", "mirror_target"]
+__all__ = ["ModelUpdate", "UpdateChecker", "UpdateWatcher", "mirror_api_context", "mirror_target"]
 
 TIMEOUT = aiohttp.ClientTimeout(total=120, sock_connect=10)
 #: The first check waits this long after leading starts, so agents register first.
@@ -254,17 +254,22 @@ class UpdateWatcher:
         return [(r.model, 1.0 if r.update_available else 0.0) for r in self.rows]
 
 
+def mirror_api_context(config: Any) -> ssl.SSLContext | None:
+    """How a control plane (server.yaml `config`) reaches the mirror's API: with agent_tls's certificate over
+    https; None over http, or when the certificate cannot be read (the API's refusal then says why)."""
+    if not config.mirror.api.startswith("https://"):
+        return None
+    from llmgw import pki
+
+    tls = config.agent_tls
+    try:
+        return pki.ssl_client_context(tls.cert, tls.key, tls.ca)
+    except Exception as exc:  # noqa: BLE001 - requests then fail with the server's answer, which the API shows
+        logs.event(log, "the mirror API is asked without agent_tls's certificate", logging.WARNING, error=str(exc))
+        return None
+
+
 def watcher_for(config: Any, models: Callable[[], Sequence[tuple[str, str]]]) -> UpdateWatcher:
     """The watcher a control plane runs for its server.yaml (`config`): the mirror API reached with agent_tls."""
-    context = None
-    if config.mirror.api.startswith("https://"):
-        from llmgw import pki
-
-        tls = config.agent_tls
-        try:
-            context = pki.ssl_client_context(tls.cert, tls.key, tls.ca)
-        except Exception as exc:  # noqa: BLE001 - checks then fail with the server's answer, which the API shows
-            logs.event(log, "the mirror API is asked without agent_tls's certificate", logging.WARNING,
-                       error=str(exc))
-    return UpdateWatcher(UpdateChecker(config.mirror, ssl_context=context), models,
+    return UpdateWatcher(UpdateChecker(config.mirror, ssl_context=mirror_api_context(config)), models,
                          config.mirror.update_check.total_seconds())

@@ -22,6 +22,7 @@ REVISION_BODIES = {
     ("POST", "/models/{name}/canary"): {"to": "v2", "weight": "10%"},
     ("PATCH", "/models/{name}/canary"): {"weight": 20},
     ("POST", "/models/{name}/eval"): {"suite": {"name": "s"}},
+    ("POST", "/model-serve"): {"source": "acme/tiny-GGUF"},
 }
 
 
