@@ -237,3 +237,19 @@ def test_server_init_with_a_bundle_fills_the_mirror_and_writes_an_offline_server
     mirror = L.state / "mirror"
     assert Layout(mirror).models() == ["tiny"] and (mirror / "_llmgw" / "offline.json").is_file()
     assert "imported the bundle" in ran.out and "the mirror is offline" in ran.out
+
+
+def test_the_release_inside_is_held_to_its_own_signature(site, llmgw, tmp_path):
+    # the release signed by one key, the bundle by another: trusting only the bundle's is not enough
+    other = tmp_path / "other-keys"
+    assert llmgw("release", "keygen", "--out", other).code == 0
+    bundle = tmp_path / "two-keys.tar"
+    ran = llmgw("bundle", "create", bundle, "--release", site["release"], "--mirror", site["source"],
+                "--key", other / "llmgw-release.key", "--trust", site["pub"])
+    assert ran.code == 0, ran.err
+    ran = llmgw("bundle", "import", bundle, "--mirror", tmp_path / "m", "--trust", other / "llmgw-release.pub")
+    assert ran.code == 1 and f"signed by key {site['kid']}, which is not trusted here" in ran.err
+    assert not (tmp_path / "m").exists()
+    ran = llmgw("bundle", "import", bundle, "--mirror", tmp_path / "m", "--trust", other / "llmgw-release.pub",
+                "--trust", site["pub"])
+    assert ran.code == 0, ran.err

@@ -171,3 +171,46 @@ def test_the_mirror_takes_in_only_a_verified_release_and_writes_nothing_otherwis
     ran = llmgw("mirror", "release", "add", release, "--dir", mirror, "--trust", pub)
     assert ran.code == 0 and "already in the mirror" in ran.out
     assert llmgw("mirror", "list", "--dir", mirror, "--json").out.strip() == "[]"  # a release is not a model
+
+
+def test_keys_built_into_the_file_are_trusted_and_can_be_revoked(keys, release, llmgw, tmp_path, monkeypatch):
+    import configparser
+    from pathlib import Path
+
+    import llmgw.release.trust as trust_module
+
+    pub, kid = _signed(keys, release, llmgw)
+    package = tmp_path / "package"
+    (package / "trusted_keys").mkdir(parents=True)
+    (package / "trusted_keys" / "project.pub").write_bytes(pub.read_bytes())
+    monkeypatch.setattr(trust_module.resources, "files", lambda name: package)
+    ran = llmgw("release", "verify", release)  # no --trust, no server.yaml
+    assert ran.code == 0, ran.err
+    ran = llmgw("release", "verify", release, "--revoke", kid)
+    assert ran.code == 1 and "revoked" in ran.err
+    # and the folder goes into the build: the package data the wheel (and so the zipapp) is made with
+    setup = configparser.ConfigParser()
+    setup.read(Path(__file__).resolve().parents[2] / "setup.cfg")
+    assert "release/trusted_keys/*.pub" in setup["options.package_data"]["llmgw"]
+
+
+def test_this_build_ships_no_built_in_key():
+    from llmgw.release.trust import builtin_keys
+
+    assert builtin_keys() == []
+
+
+def test_signing_again_replaces_both_and_a_link_or_an_empty_folder_is_refused(keys, release, llmgw, tmp_path):
+    folder, _ = keys
+    key = folder / "llmgw-release.key"
+    assert llmgw("release", "sign", "--key", key, release).code == 0
+    (release / "notes.txt").write_text("added later")
+    assert llmgw("release", "sign", "--key", key, release).code == 0
+    assert "  notes.txt\n" in (release / "SHA256SUMS").read_text()
+    assert llmgw("release", "verify", release, "--trust", folder / "llmgw-release.pub").code == 0
+    (release / "link.pyz").symlink_to(release / "notes.txt")
+    ran = llmgw("release", "sign", "--key", key, release)
+    assert ran.code == 1 and "link.pyz: not a plain file" in ran.err
+    (tmp_path / "empty").mkdir()
+    ran = llmgw("release", "sign", "--key", key, tmp_path / "empty")
+    assert ran.code == 1 and "holds no files to sign" in ran.err
