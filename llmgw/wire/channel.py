@@ -38,6 +38,7 @@ from yarl import URL
 from llmgw.pki.certs import InvalidName, common_name, validate_node_id
 from llmgw.pki.tls import RevocationList, peer_certificate
 from llmgw.wire.codec import WireError, check_peer_protocol
+from llmgw.wire.versions import agent_refusal  # versions checked at Register
 from llmgw.wire.link import (
     MAX_FRAME_BYTES,
     PATH,
@@ -285,7 +286,7 @@ class AgentEndpoint:
             return (
                 f"this certificate is node {peer.common_name!r}'s; it cannot register as {first.node_id!r}"
             )
-        problem = check_peer_protocol(first.protocol)
+        problem = agent_refusal(first.protocol, first.agent_version)  # versions checked at Register
         if problem is not None:
             return problem
         if self._on_register is not None:
