@@ -424,7 +424,7 @@ STORE = AlertGroup("llmgw-store", "The store: its queries, and its standbys when
         "The replicated store has no primary",
         _join("Every write fails: keys, usage, budgets, leadership. Patroni promotes a standby within its",
               "TTL; a minute without one means it cannot (etcd has lost its majority, or no standby is fit).",
-              "`patronictl -c /etc/patroni/config.yml list` on a member says which."),
+              "`patronictl -c /etc/llmgw/patroni/patroni.yml list` on a member says which."),
     ),
     Alert(
         "StoreStandbyNotStreaming",

@@ -123,3 +123,9 @@ def test_no_ca_or_a_used_folder_is_refused(tmp_path, ca, bins, capsys):
     (tmp_path / "out" / "store-dsn").write_text("x")
     assert init(tmp_path, ca, bins) == 2
     assert "--out: " in capsys.readouterr().err and (tmp_path / "out" / "store-dsn").read_text() == "x"
+
+
+def test_a_dry_run_checks_and_writes_nothing(tmp_path, ca, bins, capsys):
+    assert init(tmp_path, ca, bins, "--dry-run") == 0
+    assert "nothing written" in capsys.readouterr().out and not (tmp_path / "out").exists()
+    assert init(tmp_path, ca, bins, "--dry-run", etcd="a=10.0.0.1,b=10.0.0.2") == 2  # still checked

@@ -32,7 +32,7 @@ from llmgw.pki import init_ca
 from llmgw.store import open_store
 from tests.conftest import find_postgres_bin, free_port
 from tests.obs.scrape import samples
-from tests.server.serving import project_key, sim_engine
+from tests.server.serving import project_key
 
 pytestmark = pytest.mark.slow
 
@@ -280,20 +280,46 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
     with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
         urllib.request.urlopen(f"https://127.0.0.1:{cluster.ports['pg1'][1]}/cluster", timeout=5, context=plain)
 
+    # With the certificate but without the REST password, nothing that changes the cluster is done.
+    tls = cluster._tls()
+    request = urllib.request.Request(f"https://127.0.0.1:{cluster.ports['pg1'][1]}/switchover", method="POST",
+                                     data=b'{"leader": "pg1"}', headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5, context=tls)
+    assert refused.value.code == 401
+    # etcd asks its clients for a certificate too.
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        urllib.request.urlopen(f"https://127.0.0.1:{cluster.etcd_ports[0]}/version", timeout=5, context=plain)
+    # PostgreSQL takes no connection without TLS.
+    with pytest.raises(asyncpg.InvalidAuthorizationSpecificationError, match="no encryption"):
+        await asyncpg.connect(dsn.split("?")[0].replace(hosts, f"127.0.0.1:{cluster.ports['pg1'][0]}"),
+                              ssl=False)
+    # patronictl, as the docs say, with the member's patroni.env.
+    listed = subprocess.run(["patronictl", "-c", str(cluster.config("pg1")), "list"], capture_output=True, text=True,
+                            env={**os.environ, **env_file(cluster.out / "pg1/patroni/patroni.env")}, timeout=30)
+    assert listed.returncode == 0 and "pg1" in listed.stdout and "pg2" in listed.stdout, listed.stderr
+    assert "Leader" in listed.stdout and "Replica" in listed.stdout, listed.stdout
+
     store = await open_store(dsn)  # TLS, verify-full, through target_session_attrs
     _, _, secret = await project_key(store, "p", "k")
     await store.close()
 
     root = tmp_path / "root"
     (root / "etc/llmgw").mkdir(parents=True)
-    async with sim_engine("m") as engine:
+    # The engine in a process of its own: the test's own waits must not hold up its answers.
+    engine_port = free_port()
+    engine = subprocess.Popen([sys.executable, "-m", "llmgw", "sim-engine", "--model", "m", "--port", str(engine_port),
+                               "--ttft", "0.005", "--tpot", "0.001"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    while b"listening on" not in (line := engine.stdout.readline()):
+        assert line, "the sim engine stopped before listening"
+    try:
         ports = {k: free_port() for k in ("client", "admin", "agent", "metrics")}
         (root / "etc/llmgw/server.yaml").write_text(json.dumps({
             "listen": f"127.0.0.1:{ports['client']}", "admin_listen": f"127.0.0.1:{ports['admin']}",
             "admin_token_file": str(tmp_path / "admin-token"), "metrics_listen": f"127.0.0.1:{ports['metrics']}",
             "agent_listen": f"127.0.0.1:{ports['agent']}", "agent_insecure": True, "store": {"dsn": dsn},
             "accounting": {"flush_interval": "200ms"},
-            "models": [{"name": "m", "endpoints": [{"url": engine.url + "/v1"}]}],
+            "models": [{"name": "m", "endpoints": [{"url": f"http://127.0.0.1:{engine_port}/v1"}]}],
         }))
         server = subprocess.Popen([sys.executable, "-m", "llmgw", "server", "--config",
                                    str(root / "etc/llmgw/server.yaml")], env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -361,6 +387,9 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
                 server.wait(20)
             except subprocess.TimeoutExpired:
                 server.kill()
+    finally:
+        engine.kill()
+        engine.wait(10)
 
     report = (f"bootstrap {bootstrapped:.1f} s; switchover {switch_took:.1f} s: {switch[0]} answered, {switch[1]} "
               f"failed over {switch[2]:.1f} s; failover (promoted after {promoted_after:.1f} s): {fail[0]} answered, "
