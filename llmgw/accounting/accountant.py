@@ -42,6 +42,10 @@ class Admission(Reservation):
 
     holds: list[Hold] = attrs.field(factory=list, repr=False, eq=False)
     rules: list[Rule] = attrs.field(factory=list, repr=False, eq=False)
+    #: shared limits (limits.store): the holds taken in the Redis and the budget levels charged there
+    shared_holds: list = attrs.field(factory=list, repr=False, eq=False)
+    shared_levels: list[str] = attrs.field(factory=list, repr=False, eq=False)
+    shared: bool = attrs.field(default=False, repr=False, eq=False)
 
 
 def chain_scopes(principal: Principal) -> list[tuple[str, str]]:
@@ -94,6 +98,13 @@ class Accountant:
         # Budgets count the rows not yet in the store (buffered, or journaled while it fails) too.
         self.budgets.pending = self.usage.pending_spend
         self.budgets.pending_lock = self.usage.lock
+        #: shared limits (limits.store: redis://): RPM, TPM and budget holds counted in a Redis; None: in memory
+        self.shared = None
+        limits = getattr(config, "limits", None)
+        if limits is not None and limits.shared:
+            from llmgw.accounting.limits_redis import SharedLimits
+
+            self.shared = SharedLimits.from_config(limits)
 
     async def start(self) -> None:
         await self.usage.start()
@@ -102,6 +113,8 @@ class Accountant:
         """Write every usage row still buffered, then stop the background work."""
         await self.usage.stop()
         await self.budgets.close()
+        if self.shared is not None:  # shared limits: the settlements still on their way, then the pool
+            await self.shared.close()
 
     # ---- AccountantProtocol --------------------------------------------------
 
@@ -113,6 +126,10 @@ class Accountant:
         states = await self.budgets.states(
             (lim.scope_kind, lim.scope_id, lim.budget_period or "month") for lim in budgeted
         )
+        if self.shared is not None:  # shared limits: one script in the Redis checks and takes everything
+            admission = await self._admit_shared(principal, model, prompt_tokens, worst, budgeted, states)
+            if admission is not None:
+                return admission
         # From here to the return: no await, so no other request runs in between.
         self.budgets.check(zip(states, (lim.budget_micros for lim in budgeted)), worst)
         rules = self.rates.rules(principal)
@@ -124,13 +141,57 @@ class Accountant:
             prompt_tokens_estimate=prompt_tokens, holds=holds, rules=rules,
         )
 
+    async def _admit_shared(self, principal: Principal, model: str, prompt_tokens: int, worst: int,
+                            budgeted: list, states: list) -> Admission | None:
+        """Admit through the Redis (limits.store); None: it is down and limits.on_store_down is local."""
+        from llmgw.accounting.limits import _refusal
+        from llmgw.accounting.limits_redis import BudgetLevel, LimitsUnavailable, Refused, StoreDown
+
+        shared = self.shared
+        if not shared.worth_trying():
+            return self._store_down(LimitsUnavailable(shared.down_reason))
+        levels = [BudgetLevel(st.scope_kind, st.scope_id, st.period, st.start.timestamp(), st.end.timestamp(),
+                              int(lim.budget_micros), int(st.spent)) for st, lim in zip(states, budgeted)]
+        rules = self.rates.rules(principal)
+        try:
+            answer = await shared.admit(levels, worst, rules, prompt_tokens)
+        except StoreDown as exc:
+            return self._store_down(LimitsUnavailable(str(exc)))
+        if isinstance(answer, Refused):
+            if answer.budget_index is not None:
+                st, lim = states[answer.budget_index], budgeted[answer.budget_index]
+                raise self.budgets.refuse_shared(st, int(lim.budget_micros), worst, answer.spent, answer.held)
+            rule = rules[answer.rule_index]
+            raise _refusal(rule, 1 if rule.what == "rpm" else prompt_tokens, answer.wait)
+        holds, after = answer
+        for st, lim in zip(states, budgeted):
+            self.budgets.seen_shared(st, int(lim.budget_micros))
+        self.rates.mirror(rules, after)  # the answer's x-ratelimit-* headers say what the Redis has left
+        return Admission(
+            principal=principal, model=model, reserved_micros=worst if holds else 0,
+            prompt_tokens_estimate=prompt_tokens, rules=rules, shared_holds=holds,
+            shared_levels=[lv.name for lv in levels], shared=True,
+        )
+
+    def _store_down(self, refusal: Exception) -> None:
+        """limits.on_store_down: refuse raises the 503; local counts this request in memory (the caller goes on)."""
+        if self.shared.on_store_down == "refuse":
+            raise refusal
+        self.shared.counted_locally()
+        return None
+
     async def settle(self, reservation: Reservation, *, model_served: str, prompt_tokens: int,
                      completion_tokens: int, cached_tokens: int = 0) -> int:
         cost = self.cost(model_served or reservation.model, prompt_tokens, completion_tokens, cached_tokens)
         if reservation.settled:
             return cost
         reservation.settled = True
-        if isinstance(reservation, Admission):
+        if isinstance(reservation, Admission) and reservation.shared:  # shared limits: settled in the Redis
+            used = max(0, int(prompt_tokens)) + max(0, int(completion_tokens))
+            self.shared.settle(reservation.shared_holds, reservation.shared_levels, cost,
+                               [r for r in reservation.rules if r.what == "tpm"], used - reservation.prompt_tokens_estimate)
+            self.rates.correct(reservation.rules, used - reservation.prompt_tokens_estimate)
+        elif isinstance(reservation, Admission):
             self.budgets.release(reservation.holds)
             used = max(0, int(prompt_tokens)) + max(0, int(completion_tokens))
             self.rates.correct(reservation.rules, used - reservation.prompt_tokens_estimate)
@@ -141,7 +202,11 @@ class Accountant:
         if reservation.settled:
             return
         reservation.settled = True
-        if isinstance(reservation, Admission):
+        if isinstance(reservation, Admission) and reservation.shared:
+            self.shared.settle(reservation.shared_holds, [], 0, [r for r in reservation.rules if r.what == "tpm"],
+                               -reservation.prompt_tokens_estimate)
+            self.rates.correct(reservation.rules, -reservation.prompt_tokens_estimate)
+        elif isinstance(reservation, Admission):
             self.budgets.release(reservation.holds)
             self.rates.correct(reservation.rules, -reservation.prompt_tokens_estimate)
 

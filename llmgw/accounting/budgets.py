@@ -261,6 +261,22 @@ class BudgetBook:
                     if self.notify_at and st.budget is not None:
                         self._crossed(st)
 
+    # ---- shared limits (limits.store: redis://): the Redis checked and held; these keep the telling -----
+
+    def seen_shared(self, st: BudgetState, budget: int) -> None:
+        """A request the Redis admitted on ``st``: the budget checked against, and its shares told as they cross."""
+        st.budget = budget
+        if self.notify_at:
+            self._crossed(st)
+
+    def refuse_shared(self, st: BudgetState, budget: int, worst: int, spent: int, held: int) -> LimitExceeded:
+        """The refusal of a budget the Redis says cannot hold ``worst`` more, with every gateway's spend and holds."""
+        st.budget = budget
+        st.spent = max(st.spent, spent)
+        if self.notify_at:
+            self._crossed(st)
+        return self._refusal(st, budget, worst)
+
     def report(self, st: BudgetState, budget: int | None) -> LevelSpend:
         return LevelSpend(st.scope_kind, st.scope_id, st.period, st.start, st.end, st.spent, st.held, budget)
 

@@ -9,7 +9,8 @@ TPM of its own gets ``auth.default_rpm`` / ``auth.default_tpm``.
 The counters are token buckets in this process's memory: a bucket holds at
 most a minute's allowance and refills continuously (``rpm / 60`` a second),
 so a burst of a full minute's allowance is allowed, then the steady rate.
-Several gateway processes each count on their own.
+Several gateway processes each count on their own, unless ``limits.store``
+names a Redis they share (:mod:`.limits_redis`: the same buckets there).
 
 Tokens are counted at admission on the prompt's estimate and corrected at
 settlement by what the request really used (prompt and completion); a
@@ -166,6 +167,13 @@ class RateLimiter:
                 bucket.take(delta_tokens, now)
             else:
                 bucket.give(-delta_tokens, now)
+
+    def mirror(self, rules: Iterable[Rule], levels: Iterable[float]) -> None:
+        """Set each rule's bucket to the level a shared store (limits.store) left it at, for :meth:`headroom`."""
+        now = self._monotonic()
+        for rule, level in zip(rules, levels):
+            bucket = self._bucket(rule, now)
+            bucket.level, bucket.stamp = min(bucket.capacity, float(level)), now
 
     def headroom(self, principal: Principal) -> list[Headroom]:
         """What is left of each limit on the principal's chain now."""

@@ -809,6 +809,38 @@ class FederationConfig:
 
 
 @attrs.frozen
+class LimitsConfig:
+    """Where RPM, TPM and budget holds are counted: this process's memory, or a Redis several processes share."""
+
+    store: str = setting(
+        "memory",
+        doc="memory counts in this process alone; redis://HOST:PORT/DB (rediss:// for TLS) counts in that Redis, "
+            "exactly across every worker and gateway using it (its password in password_file, not here).",
+    )
+    password_file: str = setting("", doc="A file holding the Redis password (AUTH), when the address has none.")
+    ca_file: str = setting("", doc="The CA that signed the Redis server's certificate (rediss://); empty: the system's.")
+    on_store_down: Literal["refuse", "local"] = setting(
+        "refuse",
+        doc="When the Redis cannot be reached: refuse answers 503 with the reason; local counts in this process's "
+            "memory until it is back (llmgw_limits_store_up 0, llmgw_limits_local_total).",
+    )
+    timeout: Duration = setting(
+        Duration(seconds=1), doc="Longest an admission waits for the Redis (or a new connection to it) before it "
+                                 "counts as down."
+    )
+    hold_ttl: Duration = setting(
+        Duration(minutes=35),
+        doc="How long a budget hold lives in the Redis when its gateway never releases it (a crash); longer than "
+            "router.timeouts.total.",
+    )
+
+    @property
+    def shared(self) -> bool:
+        """True when the limits are counted in a Redis."""
+        return self.store.startswith(("redis://", "rediss://", "unix://"))
+
+
+@attrs.frozen
 class ServerConfig:
     """server.yaml: one control plane's listeners, certificates and store, and the cluster's settings."""
 
@@ -846,6 +878,12 @@ class ServerConfig:
         AdmissionConfig, doc="Queueing requests while every replica of a model is busy."
     )
     accounting: AccountingConfig = section(AccountingConfig, doc="Recording each request's usage.")
+    limits: LimitsConfig = section(
+        LimitsConfig, doc="Where RPM, TPM and budget holds are counted (shared limits, docs/scaling.md)."
+    )
+    workers: int = setting(
+        1, doc="Processes serving the client API on listen's one port; more than 1 needs limits.store on a Redis."
+    )
     control: ControlConfig = section(ControlConfig, doc="The scheduler: which replicas run on which nodes.")
     facility: FacilityConfig = section(
         FacilityConfig, doc="Racks, PDUs and their power budgets, which placement keeps within."

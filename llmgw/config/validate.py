@@ -194,6 +194,9 @@ def check_server(config: ServerConfig) -> list[Problem]:
     from llmgw.router.federation import problems as federation_problems  # federation: its rules with its reader
 
     problems += [Problem(where, text) for where, text in federation_problems(config)]
+    from llmgw.accounting.limits_redis import problems as limits_problems  # shared limits and workers
+
+    problems += [Problem(where, text) for where, text in limits_problems(config)]
     if not config.prices.currency.strip():
         problems.append(Problem(("prices", "currency"), "empty; give a currency like USD or EUR"))
     problems += _models(config.models, frozenset(p.name for p in config.federation.peers))

@@ -274,7 +274,8 @@ async def _admit(gw: Gateway, call: Call, principal: Principal, model: str, body
                 continue
             gw.metrics.fallbacks.labels(model, fallback, "budget").inc()
             return reservation, fallback
-    raise GatewayError(429, refusal.code, refusal.message, retry_after=refusal.retry_after, limited=True)
+    # 503 when the shared limits store is down and limits.on_store_down is refuse (llmgw.accounting.limits_redis)
+    raise GatewayError(refusal.status, refusal.code, refusal.message, retry_after=refusal.retry_after, limited=True)
 
 
 async def _acquire(gw: Gateway, call: Call, principal: Principal, model: str, body: dict,

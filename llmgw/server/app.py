@@ -186,6 +186,10 @@ async def _owned_parts(config: ServerConfig, given_store: Store | None, app: web
                 budget_collector = BudgetCollector(store, gateway.accountant)  # llmgw_budget_spent_ratio
                 gateway.metrics.registry.register(budget_collector)
                 gateway.metrics.before_scrape.append(budget_collector.refresh)
+                if getattr(gateway.accountant, "shared", None) is not None:  # shared limits: the Redis up or not
+                    from llmgw.accounting.limits_redis import SharedLimitsCollector
+
+                    gateway.metrics.registry.register(SharedLimitsCollector(gateway.accountant.shared))
         yield
     finally:
         for part in reversed(started):
