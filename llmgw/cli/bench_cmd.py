@@ -221,12 +221,13 @@ def run_routing(args: argparse.Namespace):
 
 
 def _register_placement(benches) -> None:
-    text = ("Time a full placement pass and a single decision on synthetic clusters of mixed GPU classes, "
+    text = ("Time a full placement pass (through one placement round, as the reconciler makes it, and the same "
+            "pass made by place() per decision) and a single decision on synthetic clusters of mixed GPU classes, "
             "for growing node counts, and compare the packing with a naive first fit.")
     p = benches.add_parser("placement", help="Placement against first fit: time per decision, packing.",
                            description=text)
-    p.add_argument("--nodes", default="10,100,1000", metavar="LIST",
-                   help="cluster sizes, comma-separated (default 10,100,1000; 10000 takes most of an hour)")
+    p.add_argument("--nodes", default="250,500,1000,2000", metavar="LIST",
+                   help="cluster sizes, comma-separated (default 250,500,1000,2000)")
     p.add_argument("--replicas-per-node", type=float, default=2.0, metavar="R",
                    help="replicas a pass places, per node (default 2: about 70%% of the cards)")
     p.add_argument("--seed", type=int, default=7, help="the cluster's and the requests' seed")

@@ -211,8 +211,12 @@ class _Room:
     model_here: int  # replicas of the model being placed, on this node
     model_in_rack: int
     holdings: list[Holding]
+    #: the node's usable devices as (index, class), when the caller has them worked out already (a pass does)
+    healthy: tuple[tuple[int, str], ...] | None = None
 
     def healthy_gpus(self, gpu_class: str) -> list[int]:
+        if self.healthy is not None:
+            return [index for index, of in self.healthy if not gpu_class or of == gpu_class]
         return [d.index for d in node_devices(self.node.gpus)
                 if d.usable and (not gpu_class or d.gpu_class == gpu_class)]
 
@@ -635,9 +639,10 @@ class PlacementPass:
                profile.memory, profile.cores, tuple(profile.node_selector.items()), version)
         view = self._views.get(key)
         if view is None:
+            healthy = self._healthy
             view = self._views[key] = _View([
-                _gate(_Room(node, set(), 0, 0, 0, 0, []), profile, engine, self.engines, version)
-                for node in self._node
+                _gate(_Room(node, set(), 0, 0, 0, 0, [], healthy[s]), profile, engine, self.engines, version)
+                for s, node in enumerate(self._node)
             ])
             for s in view.members:
                 self._slot_views[s].append(view)
@@ -816,7 +821,9 @@ class PlacementPass:
         if best is not None and not best[0] and not best[1]:
             return best_slot
         # The others in packing order: the first with no replica of the model in its node or rack
-        # beats every node after it; the ones before it that have some are weighed on the way.
+        # beats every node after it; the ones before it that have some are weighed on the way. They come
+        # in the order of the key's tail, so one is better than the best so far only by fewer replicas.
+        best_spread = best[:2] if best is not None else None
         for total in sorted(view.buckets):
             if total < gpus:
                 continue
@@ -824,15 +831,25 @@ class PlacementPass:
             # Sorted by cores free: those with too few are skipped at once.
             for cores_free, memory_free, node_id, s in islice(bucket, bisect_left(bucket, (cores,)) if cores else 0,
                                                               None):
-                if s in weights or s in avoid or not fits(s):
+                if s in weights or s in avoid:
                     continue
-                mine = here.get(s, 0)
-                mine_in_rack = sum(in_rack.get(d, 0) for d in racks[s]) if racks[s] else 0
-                key = (mine, mine_in_rack, 1, total - gpus, cores_free - cores, memory_free - memory, node_id)
-                if best is None or key < best:
-                    best, best_slot = key, s
-                if not mine and not mine_in_rack:
-                    return best_slot
+                if gpus > 0 and gpu_class and rooms[s][0].get(gpu_class, 0) < gpus:
+                    continue
+                if memory and memory_free < memory:
+                    continue
+                mine = here.get(s, 0) if here else 0
+                rack_of = racks[s]
+                if not in_rack or not rack_of:
+                    mine_in_rack = 0
+                elif len(rack_of) == 1:
+                    mine_in_rack = in_rack.get(rack_of[0], 0)
+                else:
+                    mine_in_rack = sum(in_rack.get(d, 0) for d in rack_of)
+                spread = (mine, mine_in_rack)
+                if best_spread is None or spread < best_spread:
+                    best_spread, best_slot = spread, s
+                    if not mine and not mine_in_rack:
+                        return best_slot
         return best_slot
 
     def _room_for(self, s: int, model: str, *, holdings: bool = False) -> _Room:
@@ -843,6 +860,7 @@ class PlacementPass:
             cores_free=self._cores[s], model_here=self._here.get(model, {}).get(s, 0),
             model_in_rack=sum(in_rack.get(d, 0) for d in self._rack[s]),
             holdings=[self._holdings[at] for at in self._on_slot[s]] if holdings else [],
+            healthy=self._healthy[s],
         )
 
     def _wording(self, tried: list[tuple[Profile, str, _View]], avoid: set[str],
