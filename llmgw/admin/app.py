@@ -121,10 +121,9 @@ def make_admin_app(
     if token is None:
         app.on_startup.append(_load_token)
     app.on_startup.append(_open_audit_journal)
-    if admin.config.backup.schedule:
-        from llmgw.backup.schedule import scheduled_backups  # backup.schedule: backups made by this server
+    from llmgw.backup.schedule import scheduled_backups  # backup.schedule's job; archives in clear are said
 
-        app.cleanup_ctx.append(scheduled_backups)
+    app.cleanup_ctx.append(scheduled_backups)
     return app
 
 

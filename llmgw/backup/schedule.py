@@ -176,7 +176,12 @@ async def scheduled_backups(app: Any) -> Any:
     from llmgw.tasks import cancel_and_wait
 
     admin = app[ADMIN]
-    schedule = parse_schedule(admin.config.backup.schedule)
+    b = admin.config.backup
+    if not b.encrypt_to and not b.passphrase_file:
+        from llmgw.backup.advice import CLEAR_WARNING
+
+        log.warning("%s (docs/backup.md)", CLEAR_WARNING)
+    schedule = parse_schedule(b.schedule)
     if schedule is None:
         yield
         return

@@ -298,6 +298,9 @@ async def run_checks(layout: Layout) -> list[Finding]:
             fw = _firewall(layout)
             if fw:
                 out.append(fw)
+            from llmgw.backup.advice import backup_advice  # encrypted, copied off the machine, on a schedule
+
+            out += [Finding("backup", status, text) for status, text in backup_advice(config)]
     if agent_yaml.exists():
         agent = _role_config(out, "a node", agent_yaml, load_agent_config, "llmgw config check --agent")
         if agent is not None:

@@ -142,3 +142,59 @@ def test_the_daily_time_is_read_back_from_server_yaml(tmp_path):
     machine = lay_out(tmp_path / "cp1")
     add_backup_keys(machine, "schedule: '02:30'")
     assert machine.config().backup.schedule == "02:30"
+
+
+def doctor_backup_findings(tmp_path, capsys, extra: str = "") -> list[tuple[str, str]]:
+    """`llmgw doctor --json`'s backup findings on a machine laid out under tmp_path."""
+    import json
+    import shutil
+
+    from llmgw.cli.main import main
+    from llmgw.install.layout import Layout
+
+    machine = lay_out(tmp_path / "cp1")
+    if extra:
+        add_backup_keys(machine, extra)
+    layout = Layout(tmp_path / "root")
+    layout.server_yaml.parent.mkdir(parents=True)
+    shutil.copy(machine.config_path, layout.server_yaml)
+    capsys.readouterr()
+    main(["doctor", "--root", str(layout.root), "--json"])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    return [(f["status"], f["message"]) for f in findings if f["check"] == "backup"]
+
+
+def test_doctor_warns_of_backups_in_clear_on_this_disk_only(tmp_path, capsys):
+    found = doctor_backup_findings(tmp_path, capsys)
+    assert found == [
+        ("warn", "backups are not encrypted: each archive would hold the admin token, key and password hashes and "
+                 "TLS private keys in clear; set backup.encrypt_to (llmgw server backup keygen makes a key) or "
+                 "backup.passphrase_file"),
+        ("warn", "backups stay on this machine's disk, lost with it: set backup.copy_to (a folder on another disk, "
+                 "or ssh://user@host/path)"),
+        ("warn", "no backup.schedule: backups are made only when asked (llmgw server backup, ctl backup, or a "
+                 "timer of your own)")]
+    token = (tmp_path / "cp1" / "var" / "lib" / "llmgw" / "admin-token").read_text().strip()
+    assert not any(token in text for _, text in found)
+
+
+def test_doctor_is_content_with_encrypted_copied_scheduled_backups(tmp_path, capsys):
+    _, recipient = new_key(tmp_path)
+    found = doctor_backup_findings(tmp_path, capsys, f"encrypt_to: [{recipient}]\ncopy_to: [/mnt/offsite]\n"
+                                                     "schedule: '02:30'")
+    assert found == [("ok", "backups are encrypted to 1 age recipient(s) (backup.encrypt_to)"),
+                     ("ok", "each backup is copied to /mnt/offsite"),
+                     ("ok", "the server backs up daily at 02:30 UTC, keeping 7")]
+
+
+async def test_a_server_making_archives_in_clear_says_so_in_its_log(tmp_path, aiohttp_client, caplog):
+    machine = lay_out(tmp_path / "cp1")
+    store = await open_store(machine.store_dsn)
+    caplog.set_level(logging.INFO, "llmgw.backup")
+    try:
+        await aiohttp_client(make_admin_app(machine.config(), store, token=TOKEN))
+    finally:
+        await store.close()
+    warned = [r for r in caplog.records if r.name == "llmgw.backup" and r.levelno == logging.WARNING]
+    assert len(warned) == 1 and warned[0].getMessage().startswith("backups are not encrypted: each archive would ")
+    assert machine.token.read_text().strip() not in warned[0].getMessage()
