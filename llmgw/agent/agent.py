@@ -134,6 +134,8 @@ class Agent:
         self._next_port = self.ports.start
         self._restart = False
         self._stopping = False
+        #: agent.yaml's path, when known: release key files named in its `releases` are relative to its folder
+        self.config_path: str | None = None
 
     # ------------------------------------------------------------------ life
 
@@ -344,7 +346,7 @@ class Agent:
         handlers = {
             wire.StartShard: self._start_shard, wire.StopShard: self._stop_shard, wire.DrainShard: self._drain_shard,
             wire.RemoveWeights: self._remove_weights, wire.RequestLogs: self._send_logs, wire.Restart: self._restart_me,
-            wire.Provision: self._provision,
+            wire.Provision: self._provision, wire.Upgrade: self._upgrade_me,
         }
         handler = handlers.get(type(msg))
         if handler is not None:
@@ -647,6 +649,30 @@ class Agent:
         self._restart = True
         if self.connection is not None:
             await self.connection.stop()
+
+    async def _upgrade_me(self, msg: wire.Upgrade) -> None:
+        """Put release `msg.version` (or, `back`, the file before) in place of this agent's program and start it
+        again: the same process (os.execv in `llmgw agent`), so the engines stay its children and are taken over."""
+        from llmgw.agent.self_upgrade import UpgradeRefused, put_back_previous, replace_program, running_program
+        from llmgw.release.keys import KeyError_
+        from llmgw.release.trust import trust_from
+
+        try:
+            program = running_program()
+            if msg.back:
+                done = await asyncio.get_running_loop().run_in_executor(None, put_back_previous, program)
+            else:
+                trust = trust_from(config_path=self.config_path, config_trusted=self.config.releases.trusted_keys,
+                                   config_revoked=self.config.releases.revoked_keys)
+                done = await replace_program(program, version=msg.version, trust=trust,
+                                             mirror=msg.mirror or self.weights.mirror_url)
+        except (UpgradeRefused, KeyError_, OSError) as exc:  # KeyError_: a bad key in agent.yaml's releases
+            log.error("not upgraded: %s", exc)
+            self._result(msg.command_id, False, f"not upgraded: {exc}")
+            return
+        log.info("llmgw %s is in place at %s (the file before kept as %s); starting it, the engines keep serving",
+                 done.version, done.program, done.previous.name)
+        await self._restart_me(wire.Restart(reason=f"upgrade to llmgw {done.version}", command_id=msg.command_id))
 
     def _result(self, command_id: str, ok: bool, error: str = "") -> None:
         if command_id:

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace):
 
         try:
             agent = Agent(config)
+            agent.config_path = args.config  # release keys in agent.yaml are relative to its folder (upgrades)
         except (ValueError, OSError, PluginError) as exc:
             print(f"llmgw agent: {exc}", file=sys.stderr)
             return 2

@@ -8,6 +8,7 @@ control plane.
 import attrs
 
 from llmgw.config.fields import section, setting
+from llmgw.config.server import ReleasesConfig  # agent.yaml's releases: the same keys as server.yaml's
 from llmgw.config.units import ByteSize, Duration
 
 __all__ = ["AgentConfig", "NodeTLS"]
@@ -105,4 +106,9 @@ class AgentConfig:
         ByteSize(2 * 1024**3),
         doc="Memory that processes other than this node's engines may hold on a card, like 2GiB, before the agent "
             "reports it degraded and placement keeps it out; 0 keeps out a card where anything else holds memory.",
+    )
+    releases: ReleasesConfig = section(
+        ReleasesConfig,
+        doc="The keys a release must be signed by before `llmgw ctl upgrade` may put it on this node (docs/upgrades.md); "
+            "the keys built into llmgw are trusted too.",
     )

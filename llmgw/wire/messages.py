@@ -27,7 +27,7 @@ __all__ = [
     "Register", "Heartbeat", "ShardStatus", "WeightsProgress", "LogChunk", "CommandResult", "EngineStatus",
     # control plane -> agent
     "Welcome", "Refused", "StartShard", "StopShard", "DrainShard", "RemoveWeights",
-    "ControlPlanes", "RequestLogs", "Restart", "Provision",
+    "ControlPlanes", "RequestLogs", "Restart", "Provision", "Upgrade",
     "AGENT_MESSAGES", "CONTROL_MESSAGES", "ALL_MESSAGES",
     "AgentMessage", "ControlMessage", "Message",
 ]
@@ -428,18 +428,31 @@ class Provision:
     command_id: str = ""
 
 
+@attrs.frozen
+class Upgrade:
+    """Replace the agent's program with release `version`'s zipapp from the mirror, checked against the release's
+    signed SHA256SUMS with the node's trusted keys, and start it again; engines keep serving and are taken over.
+    With `back`, put the file kept from before the last upgrade back instead."""
+
+    type: ClassVar[str] = "upgrade"
+    version: str = ""
+    mirror: str = ""  #: the mirror's file server holding _llmgw/releases/VERSION/; empty: the one the node knows
+    back: bool = False
+    command_id: str = ""
+
+
 AGENT_MESSAGES: tuple[type, ...] = (
     Register, Heartbeat, ShardStatus, WeightsProgress, LogChunk, CommandResult, EngineStatus,
 )
 CONTROL_MESSAGES: tuple[type, ...] = (
     Welcome, Refused, StartShard, StopShard, DrainShard, RemoveWeights, ControlPlanes, RequestLogs, Restart,
-    Provision,
+    Provision, Upgrade,
 )
 ALL_MESSAGES: tuple[type, ...] = AGENT_MESSAGES + CONTROL_MESSAGES
 
 AgentMessage = Union[Register, Heartbeat, ShardStatus, WeightsProgress, LogChunk, CommandResult, EngineStatus]
 ControlMessage = Union[
     Welcome, Refused, StartShard, StopShard, DrainShard, RemoveWeights, ControlPlanes, RequestLogs, Restart,
-    Provision,
+    Provision, Upgrade,
 ]
 Message = Union[AgentMessage, ControlMessage]

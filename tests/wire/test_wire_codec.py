@@ -85,6 +85,7 @@ SAMPLES = [
     ControlPlanes(addresses=("cp1:7443", "wss://cp2:7443/agent/v1"), epoch=4),
     RequestLogs(request_id="r2", shard_id="s1", lines=50),
     Restart(reason="upgrade", command_id="c6"),
+    wire.Upgrade(version="0.2.0", mirror="http://mirror:8081", command_id="c8"),
     Provision(engines=(EngineWant(engine="vllm", version="0.9.1", request_id="q1"), EngineWant(engine="llamacpp")),
               command_id="c7"),
     EngineStatus(engine="vllm", version="0.9.1", state="installed", step="done", request_id="q1",
