@@ -337,8 +337,10 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
                                        lambda: (tmp_path / "server.log").read_text()[-3000:])
             first = cluster.leader()
             other = next(m for m in MEMBERS if m != first)
-            await loop.run_in_executor(None, wait_for, lambda: scrape_members(ports["metrics"]) >= {("127.0.0.1", "leader"), (other, "replica")},
-                                       20, "the metrics naming the leader and the standby")
+            def metrics_name_both() -> bool:
+                return scrape_members(ports["metrics"]) >= {("127.0.0.1", "leader"), (other, "replica")}
+
+            await loop.run_in_executor(None, wait_for, metrics_name_both, 20, "the metrics naming leader and standby")
             before = doctor_members(root)
             assert before.startswith("ok: ") and f"replica {other}" in before and "streaming" in before, before
             holder, epoch = await lease(dsn)
@@ -359,7 +361,9 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
                 await loop.run_in_executor(None, wait_for, lambda: cluster.leader() == first, 60,
                                            f"{first} promoted after {other} died", cluster.logs)
                 promoted_after = time.monotonic() - t_fail
-                await asyncio.sleep(5)
+                # With its standby gone, doctor warns: the address names two members, the primary has no standby.
+                alone = await loop.run_in_executor(None, doctor_members, root)
+                await asyncio.sleep(2)
                 fail = load.since(t_fail)
             answered = sum(ok for _, ok in load.results)
             failed = sum(not ok for _, ok in load.results)
@@ -377,8 +381,7 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
             cluster.start_member(other)  # the dead member comes back and rejoins as a standby
             await loop.run_in_executor(None, wait_for, lambda: cluster.healthy(first), 60,
                                        f"{other} back as a standby", cluster.logs)
-            await loop.run_in_executor(None, wait_for, lambda: scrape_members(ports["metrics"]) >= {("127.0.0.1", "leader"), (other, "replica")},
-                                       20, "the metrics naming the new standby")
+            await loop.run_in_executor(None, wait_for, metrics_name_both, 20, "the metrics naming the new standby")
             after = doctor_members(root)
             assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
         finally:
@@ -394,7 +397,9 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
     report = (f"bootstrap {bootstrapped:.1f} s; switchover {switch_took:.1f} s: {switch[0]} answered, {switch[1]} "
               f"failed over {switch[2]:.1f} s; failover (promoted after {promoted_after:.1f} s): {fail[0]} answered, "
               f"{fail[1]} failed over {fail[2]:.1f} s; {answered} answered, {failed} failed, {rows} usage rows; "
-              f"errors {errors} (switchover at {t_switch:.1f}, kill at {t_fail:.1f}); lease {holder}#{epoch} -> {new_holder}#{new_epoch}; doctor before: {before}; after: {after}")
+              f"errors {errors} (switchover at {t_switch:.1f}, kill at {t_fail:.1f}); "
+              f"lease {holder}#{epoch} -> {new_holder}#{new_epoch}; "
+              f"doctor before: {before}; alone: {alone}; after: {after}")
     print(report)
     keep = Path(os.environ.get("LLMGW_TEST_REPORT_DIR", tmp_path))  # CI keeps what is there
     (keep / "patroni-report.txt").write_text(report + "\n")
@@ -404,3 +409,4 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
     assert switch[2] <= 5 and fail[2] <= 5, report  # failures, if any, within a few seconds
     assert answered > 100, report
     assert after.startswith("ok: ") and f"replica {other}" in after, after
+    assert alone.startswith("warn: ") and "the primary has no standby" in alone, alone
