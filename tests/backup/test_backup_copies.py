@@ -69,12 +69,15 @@ def test_a_copy_that_fails_fails_the_backup_naming_where(capsys, tmp_path):
     machine, _ = seeded_machine(tmp_path)
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the copies should go\n")
-    add_backup_keys(machine, f"copy_to: [{blocker}/sub]")
+    good = tmp_path / "offsite"
+    add_backup_keys(machine, f"copy_to: [{blocker}/sub, {good}]")
     capsys.readouterr()  # what setting up said (a handler an earlier main() left on a closed capture)
     code, out, err = run(capsys, "server", "backup", "--config", str(machine.config_path))
     assert code == 1 and out == ""
     assert err.startswith("llmgw server backup: the archive llmgw-backup-")
     assert f"was made and checked but not copied everywhere: backup.copy_to[0] {blocker}/sub: cannot write " in err
+    assert err.strip().endswith(f"; it was copied to {good}")
+    assert len(archives_in(good)) == 1  # the other destination was still tried
     # the archive itself is kept, whole, in the backup folder
     assert len(archives_in(machine.db.parent / "backups")) == 1
 
@@ -141,6 +144,7 @@ def test_archives_are_copied_over_ssh_checked_and_pruned_there(capsys, tmp_path,
     archive = Path(out.splitlines()[0])
     assert f"  copied   ssh://{user}@127.0.0.1:{sshd['port']}{far}" in out.splitlines()
     assert (far / archive.name).read_bytes() == archive.read_bytes()
+    assert os.stat(far).st_mode & 0o777 == 0o700
     assert (far / (archive.name + ".sha256")).read_text() == (archive.parent / (archive.name + ".sha256")).read_text()
 
     config = machine.config()

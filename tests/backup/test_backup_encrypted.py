@@ -222,3 +222,29 @@ def test_a_passphrase_archive_round_trip(tmp_path, capsys):
                          "--passphrase-file", str(secret), "--yes")
     assert code == 0, err
     check(fresh.store_dsn, seeded)
+    # On the machine itself, server.yaml's backup.passphrase_file opens it without a flag.
+    code, out, err = run(capsys, "server", "restore", archive, "--config", str(machine.config_path), "--yes")
+    assert code == 0, err
+    check(machine.store_dsn, seeded)
+
+
+def test_an_ssh_recipient_is_opened_with_its_ssh_private_key(tmp_path, capsys):
+    import subprocess
+
+    machine, seeded = seeded_machine(tmp_path)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ops@laptop", "-f",
+                    str(tmp_path / "ops_key")], check=True)
+    public = (tmp_path / "ops_key.pub").read_text().strip()
+    add_backup_keys(machine, f"encrypt_to: ['{public}']")
+    capsys.readouterr()
+    code, out, err = run(capsys, "server", "backup", "--config", str(machine.config_path))
+    assert code == 0, err
+    archive = out.splitlines()[0]
+    assert machine.token.read_text().strip().encode() not in Path(archive).read_bytes()
+    code, out, err = run(capsys, "server", "backup", "drill", archive, "--identity", str(tmp_path / "ops_key"))
+    assert code == 0, err
+    fresh = lay_out(tmp_path / "cp2")
+    code, out, err = run(capsys, "server", "restore", archive, "--config", str(fresh.config_path),
+                         "--identity", str(tmp_path / "ops_key"), "--yes")
+    assert code == 0, err
+    check(fresh.store_dsn, seeded)
