@@ -35,6 +35,7 @@ class ForgetRemoved:
     files: int = field("Files deleted: their own and their batches'.")
     batches: int = field("Batches deleted.")
     responses: int = field("Answers kept for their personal keys (Responses API) deleted.")
+    kept_requests: int = field("Requests and answers kept for their keys (llmgw keys requests) deleted.")
     thread_turns: int = field("Turns they wrote in projects' threads (their prompts and the answers) deleted.")
     memory_notes: int = field("Memory notes they wrote last, in projects, deleted.")
     mail: int = field("Mail to them, queued or sent, deleted.")

@@ -23,6 +23,7 @@ from llmgw.admin import handlers_engines as he
 from llmgw.admin import handlers_facility as hf
 from llmgw.admin import handlers_federation as hfed
 from llmgw.admin import handlers_join as hj
+from llmgw.admin import handlers_kept as hk  # kept requests
 from llmgw.admin import handlers_logs as hl
 from llmgw.admin import handlers_notify as hn
 from llmgw.admin import handlers_ops as ho
@@ -82,6 +83,8 @@ from llmgw.admin.rollout_types import (
     UpdateRequest,
 )
 from llmgw.admin.mail_types import MailList, MailQuery
+from llmgw.admin.kept_types import KeepQuery, KeepSet, KeepSetting, KeptDetail, KeptList, KeptQuery, ReplayRequest, \
+    ReplayResult  # kept requests
 from llmgw.admin.data_types import (
     ForgetResult,
     KeyLifetime,
@@ -154,6 +157,7 @@ KEY = {"key": Param("The setting's key, like router.retries.attempts.", {"enum":
 USER = {"user": Param("The person's email or id.", forms.PERSON)}
 APIKEY = {"key": Param("The key's id (key-…) or its prefix.", forms.ID)}
 JOB = {"job": "The job's id, like job-3f9a1c."}
+KEPT = {"id": Param("The kept request's id, like req_3f9a1c… (GET /requests lists them).", forms.ID)}  # kept requests
 REPLICA = {"replica": "The replica's id, like qwen-small-3f9a1c2e (`GET /replicas` lists them)."}
 
 ROUTES: tuple[Route, ...] = (
@@ -360,6 +364,19 @@ ROUTES: tuple[Route, ...] = (
     Route(method="PUT", path="/storage-quota", handler=hst.set_storage_quota, tag="people", response=StorageQuota,
           request=StorageQuotaSet, action="keys.quota", target="project:{project}",
           summary="Change a project's storage quota"),
+    # kept requests (llmgw.admin.handlers_kept)
+    Route(method="GET", path="/kept-requests", handler=hk.get_kept_requests, tag="people", response=KeepSetting,
+          query=KeepQuery, summary="Whether a key's or a project's requests are kept, and for how long"),
+    Route(method="PUT", path="/kept-requests", handler=hk.set_kept_requests, tag="people", response=KeepSetting,
+          request=KeepSet, action="keys.requests", target="{scope}",
+          summary="Keep a key's or a project's requests for a time, or stop"),
+    Route(method="GET", path="/requests", handler=hk.list_requests, tag="people", response=KeptList,
+          query=KeptQuery, summary="List the kept requests (the read is audited)"),
+    Route(method="GET", path="/requests/{id}", handler=hk.get_request, tag="people", response=KeptDetail,
+          params=KEPT, summary="Show a kept request and its answer (the read is audited)"),
+    Route(method="POST", path="/requests/{id}/replay", handler=hk.replay_request, tag="people",
+          response=ReplayResult, request=ReplayRequest, params=KEPT, action="requests.replay",
+          target="request:{id}", summary="Send a kept request again to another model"),
     # ---- backups
     Route(method="GET", path="/backups", handler=hb.list_backups, tag="backups", response=BackupList,
           summary="List the backup archives"),

@@ -21,6 +21,7 @@ from llmgw.cli import ctl_facility
 from llmgw.cli import ctl_monitoring
 from llmgw.cli import ctl_signin
 from llmgw.cli import ctl_federation
+from llmgw.cli import ctl_kept  # kept requests
 
 HELP = "Drive a running control plane through its admin API (every operation, --json)."
 DESCRIPTION = (
@@ -49,6 +50,7 @@ def register(sub) -> None:
     ctl_monitoring.register(ctl_sub)
     ctl_signin.register(ctl_sub)
     ctl_federation.register(ctl_sub)
+    ctl_kept.register(ctl_sub)  # kept requests
 
 
 def _usage(parser: argparse.ArgumentParser):

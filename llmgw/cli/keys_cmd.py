@@ -95,6 +95,10 @@ def register(sub) -> None:
 
     register_rules(commands)  # residency and lifetime caps: what scopes say about their keys
 
+    from llmgw.cli.keys_kept import register as register_kept
+
+    register_kept(commands)  # kept requests: whose requests and answers are kept, and those kept
+
 
 def _common(parser: argparse.ArgumentParser, fn) -> None:
     add_json_flag(parser)
@@ -106,7 +110,7 @@ def _usage(parser: argparse.ArgumentParser):
     def handler(args: argparse.Namespace) -> int:
         parser.print_usage(sys.stderr)
         print("llmgw keys: name a subcommand: create, list, show, revoke, rotate, limits, threads, memory, cache,"
-              " residency, routing or lifetime",
+              " residency, routing, lifetime or requests",
               file=sys.stderr)
         return 2
 

@@ -148,6 +148,9 @@ async def _admin_listener(config: ServerConfig, slot: ControlPlaneSlot, config_p
         from llmgw.backup.schedule import BackupCollector
 
         app[GATEWAY].metrics.registry.register(BackupCollector(admin_app[ADMIN]))  # llmgw_backup_*
+    from llmgw.router.kept_requests import GATEWAY_APP
+
+    admin_app[GATEWAY_APP] = app  # kept requests: replayed through this gateway
     try:
         host, port = admin_address(config)
         serving = serve_admin(admin_app, host, port)

@@ -98,6 +98,9 @@ class ClientData:
         try:
             threads = await store.delete_expired_threads()
             files = await store.delete_expired_files()
+            from llmgw.router.kept_requests import sweep
+
+            await sweep(store)  # kept requests past their rule's time
         except StoreError as exc:
             logs.event(log, "forgetting expired threads and files failed", logging.WARNING, error=str(exc))
             return 0, 0

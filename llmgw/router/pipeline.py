@@ -27,7 +27,7 @@ from llmgw.auth.principal import ANONYMOUS, Principal
 from llmgw.obs import logs
 from llmgw.router import cache as answer_cache
 from llmgw.router import openai_shape
-from llmgw.router import residency, threads
+from llmgw.router import kept_requests, residency, threads
 from llmgw.router.admission import Grant, NoReplica, QueueFull
 from llmgw.router.slo import SloExceeded
 from llmgw.router.body import read_json_body
@@ -171,6 +171,7 @@ async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | N
         # client data: an answer kept for this very request, after the limits and the input check
         if (hit := await answer_cache.lookup(gw, call, request, body)) is not None:
             return hit
+        await kept_requests.begin(gw, call, request, body)  # kept requests: the key's, as checked, when it asked
         call.band = gw.band_for(request, principal)
         with _span(call, "admission"):
             grant, served = await _acquire(gw, call, principal, model, body, request)

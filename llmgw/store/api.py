@@ -833,3 +833,35 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def delete_mail_before(self, cutoff: dt.datetime) -> int:
         """Remove messages sent or given up and made before ``cutoff``."""
+
+    # ---- kept requests (llmgw.store.sql_kept, `llmgw keys requests`) --------------
+
+    @abc.abstractmethod
+    async def set_keep_rule(self, scope_kind: str, scope_id: str, keep: dt.timedelta | None, *,
+                            actor: str = "") -> Any:
+        """Keep a key's or project's requests for ``keep`` (None: stop); the KeepRule, or None when stopped."""
+
+    @abc.abstractmethod
+    async def get_keep_rule(self, scope_kind: str, scope_id: str) -> Any:
+        """A key's or project's own KeepRule; None when it set none."""
+
+    @abc.abstractmethod
+    async def keep_rules_of(self, key_id: str, project_id: str | None) -> dict[str, Any]:
+        """The KeepRules bearing on a key: {"key": …, "project": …}, those set."""
+
+    @abc.abstractmethod
+    async def put_kept_request(self, **fields: Any) -> Any:
+        """Keep one request and its answer (see llmgw.store.sql_kept); the KeptRequest."""
+
+    @abc.abstractmethod
+    async def get_kept_request(self, request_id: str) -> Any:
+        """A KeptRequest not yet expired; None when there is none."""
+
+    @abc.abstractmethod
+    async def list_kept_requests(self, *, key_id: str | None = None, project_id: str | None = None,
+                                 since: dt.datetime | None = None, limit: int = 100) -> list[Any]:
+        """Kept requests not yet expired, newest first: a key's, a project's, or every one."""
+
+    @abc.abstractmethod
+    async def delete_expired_kept_requests(self) -> int:
+        """Remove the kept requests whose time is up; how many."""

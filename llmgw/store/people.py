@@ -43,6 +43,7 @@ FORGET_PARTS = (
     ("files", "files"),
     ("batches", "batches"),
     ("responses", "stored responses"),
+    ("kept_requests", "kept requests (llmgw keys requests)"),
     ("thread_turns", "turns of threads they wrote"),
     ("memory_notes", "memory notes they wrote last"),
     ("mail", "mail to them, queued or sent"),
@@ -67,6 +68,7 @@ class ForgetReport:
     files: int = 0
     batches: int = 0
     responses: int = 0
+    kept_requests: int = 0
     thread_turns: int = 0
     memory_notes: int = 0
     mail: int = 0

@@ -30,6 +30,7 @@ from .sql_client_data import SQLClientData
 from .sql_keys import SQLKeys
 from .sql_ops import SQLOps
 from .sql_mail import SQLMail
+from .sql_kept import SQLKept  # kept requests
 from .sql_people import SQLPeople
 from .sql_responses import SQLResponses
 from .sql_tenancy import SQLTenancy
@@ -133,7 +134,7 @@ class PGTx:
 
 
 class PostgresStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData, SQLPeople,
-                    SQLMail):
+                    SQLMail, SQLKept):
     def __init__(self, dsn: str, pool: asyncpg.Pool, clock: Clock | None) -> None:
         super().__init__(clock)
         self._dsn_shown = redact(dsn)

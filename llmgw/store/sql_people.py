@@ -162,6 +162,7 @@ class SQLPeople(SQLStoreBase):
                     "DELETE FROM limits WHERE scope_kind = 'key' AND scope_id = ?", key_id)
                 await tx.execute("DELETE FROM scope_rules WHERE scope_kind = 'key' AND scope_id = ?", key_id)
                 counts["responses"] += await tx.execute("DELETE FROM responses WHERE scope = ?", key_id)
+            counts["kept_requests"] = await self._forget_kept_requests(tx, user_id, key_ids)  # llmgw.store.sql_kept
             counts["thread_turns"] = await tx.execute("DELETE FROM thread_turns WHERE user_id = ?", user_id)
             counts["memory_notes"] = await tx.execute("DELETE FROM memory_notes WHERE user_id = ?", user_id)
             counts["mail"] = await tx.execute("DELETE FROM mail_outbox WHERE to_addr = ?", email)

@@ -34,6 +34,7 @@ from .sql_client_data import SQLClientData
 from .sql_keys import SQLKeys
 from .sql_ops import SQLOps
 from .sql_mail import SQLMail
+from .sql_kept import SQLKept  # kept requests
 from .sql_people import SQLPeople
 from .sql_responses import SQLResponses
 from .sql_tenancy import SQLTenancy
@@ -99,7 +100,7 @@ def _translate(e: sqlite3.Error) -> StoreError:
 
 
 class SQLiteStore(SQLTenancy, SQLKeys, SQLOps, SQLCatalog, SQLWeb, SQLResponses, SQLClientData, SQLPeople,
-                  SQLMail):
+                  SQLMail, SQLKept):
     def __init__(
         self,
         path: str | None,
