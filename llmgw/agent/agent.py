@@ -54,6 +54,10 @@ from llmgw.wire.channel import AgentConnection, ConnectionClosed, ControlPlaneSe
 
 __all__ = ["Agent", "RESTART", "STOPPED_RUN"]
 
+#: What a node says when it refuses to fetch from outside because the control plane's server.yaml says the site is
+#: offline (its Welcome carries mirror.offline).
+OFFLINE = "the cluster is offline (server.yaml's mirror.offline): nothing is fetched from outside"
+
 log = logging.getLogger("llmgw.agent")
 
 RESTART, STOPPED_RUN = "restart", "stopped"
@@ -107,7 +111,7 @@ class Agent:
         self.installer = EngineInstaller(config.engines_dir, index_url=config.engine_index_url,
                                          pip_args=config.engine_pip_args,
                                          has_gpu=lambda: bool(self.inventory and self.inventory.gpus),
-                                         mirror=lambda: self.weights.mirror_url)
+                                         mirror=lambda: self.weights.mirror_url, offline=lambda: self.weights.offline)
         self.supervisor = Supervisor(self.state_dir, ring_size=config.log_ring_size, on_change=self._on_shard_change)
         self.weights = WeightsFetcher(config.weights_dir, mirror_url=config.mirror)
         self.connection: AgentConnection | None = None
@@ -693,6 +697,7 @@ class Agent:
     async def _learn(self, session: ControlPlaneSession) -> None:
         """Take up what the Welcome says of the cluster: the mirror, every control plane; note the registration."""
         welcome = session.welcome
+        self.weights.offline = OFFLINE if welcome.offline else ""
         if welcome.mirror and not self.config.mirror and self.weights.mirror_url != welcome.mirror.rstrip("/"):
             await self.weights.use_mirror(welcome.mirror)
             log.info("fetching weights from the mirror the control plane names, %s", welcome.mirror)

@@ -71,8 +71,9 @@ class EngineInstaller:
     def __init__(self, engines_dir: str | os.PathLike[str], *, index_url: str = "",
                  pip_args: Sequence[str] = (), python: str | None = None, llama_cache: str | None = None,
                  has_gpu: Callable[[], bool] = lambda: False, mirror: Callable[[], str] = lambda: "",
-                 uv: str | None = None) -> None:
+                 uv: str | None = None, offline: Callable[[], str] = lambda: "") -> None:
         self.dir = Path(engines_dir)
+        self.offline = offline  #: why PyPI may not be asked (the cluster is offline); "" when it may
         self.index_url = index_url
         self.mirror = mirror  #: the mirror's address now ("" when none is known): its index serves wheels
         self.uv = uv  #: a uv binary to use; None looks for one at each install
@@ -97,9 +98,17 @@ class EngineInstaller:
 
     async def index_for(self, package: str) -> str:
         """The index to install `package` from: engine_index_url; else the mirror's when it offers the package;
-        else "" (PyPI)."""
+        else "" (PyPI), unless the cluster is offline (InstallError)."""
         if self.index_url:
             return self.index_url
+        index = await self._mirror_index(package)
+        offline = self.offline()
+        if not index and offline:
+            raise InstallError(f"{package}: the mirror offers none, and {offline}, so PyPI is not asked; bring it "
+                               "in an offline bundle (llmgw bundle create --engines) or set engine_index_url")
+        return index
+
+    async def _mirror_index(self, package: str) -> str:
         mirror = (self.mirror() or "").rstrip("/")
         if not mirror:
             return ""
@@ -217,6 +226,7 @@ class EngineInstaller:
         with tempfile.TemporaryDirectory(prefix=".sdist-", dir=self._mkdir(self.dir / "llamacpp")) as tmp:
             progress(f"fetching llama-cpp-python{'==' + version if version else ''}'s source")
             tools = await self._pip_python()
+            index = await self.index_for("llama-cpp-python")  # the mirror's, where it offers the sdist (bundles)
             try:
                 tarball = await loop.run_in_executor(None, lambda: build.download_sdist(
                     Path(tmp), version or None, python=tools, pip_args=self._index_args()))

@@ -109,6 +109,7 @@ class WeightsFetcher:
         self.dir = Path(weights_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.mirror_url = mirror_url.rstrip("/")
+        self.offline = ""  #: why nothing may be fetched from outside (the control plane's mirror.offline); "" when it may
         self.attempts = attempts
         self.progress_interval = progress_interval
         self._session = session
@@ -147,6 +148,9 @@ class WeightsFetcher:
                      progress: ProgressFn | None = None) -> Path:
         """The local path of `source`'s files, fetched first if this node does not hold them yet."""
         kind, what = classify_source(source, self.mirror_url)
+        if kind == "http" and self.offline:
+            raise WeightsError(f"{source}: outside the mirror, and {self.offline}; bring the model in an offline "
+                               "bundle and name it mirror:MODEL/VERSION/FILE")
         sha256 = sha256.strip().lower()
         key = f"{kind}:{what}:{sha256}"
         flight = self._flights.get(key)

@@ -297,7 +297,8 @@ class ControlPlane:
         except Exception as exc:  # noqa: BLE001 - the agent keeps its own list
             log.warning("control planes not listed: %s", exc)
             addresses = []
-        return {"mirror": self.config.mirror.url, "control_planes": tuple(addresses)}
+        return {"mirror": self.config.mirror.url, "control_planes": tuple(addresses),
+                "offline": self.config.mirror.offline}
 
     async def _on_session(self, session: AgentSession) -> None:
         rec = self.reconciler

@@ -323,6 +323,8 @@ class Welcome:
     mirror: str = ""
     #: every control plane's agent address; the agent keeps them (with agent.yaml's) and dials the next when one goes
     control_planes: tuple[str, ...] = ()
+    #: server.yaml's mirror.offline: the node fetches nothing from outside (weights and engines from the mirror only)
+    offline: bool = False
 
 
 @attrs.frozen

@@ -170,6 +170,11 @@ def test_a_bundle_made_here_serves_a_model_at_a_site_with_no_way_out(tmp_path, n
     # the weights the engine was given are the bundle's, fetched from the site's mirror
     fetched = agent_dir / "weights" / "mirror" / "tiny" / version / "tiny.gguf"
     assert fetched.read_bytes() == GGUF
+    # an engine the bundle did not bring is not asked of PyPI: the node knows the cluster is offline
+    said = llmgw("ctl", "engine", "install", "site-node-1", "vllm", "--admin", "http://127.0.0.1:18090",
+                 "--token-file", site / "admin-token", netns=name, check=False, timeout=90)
+    assert said.returncode == 1 and "PyPI is not asked" in said.stdout + said.stderr, said.stdout + said.stderr
+    assert "mirror.offline" in said.stdout + said.stderr
     # and from the site nothing outside can be reached at all
     assert "FAILED" in in_site(name, "import urllib.request\ntry:\n    urllib.request.urlopen("
                                      "'http://192.0.2.10/', timeout=3)\nexcept Exception as e:\n    print('FAILED', e)")
