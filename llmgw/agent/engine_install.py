@@ -229,7 +229,7 @@ class EngineInstaller:
             index = await self.index_for("llama-cpp-python")  # the mirror's, where it offers the sdist (bundles)
             try:
                 tarball = await loop.run_in_executor(None, lambda: build.download_sdist(
-                    Path(tmp), version or None, python=tools, pip_args=self._index_args()))
+                    Path(tmp), version or None, python=tools, pip_args=self._index_args(index)))
                 progress(f"building llama-server from {tarball.name}"
                          f" ({'CUDA' if '-DGGML_CUDA=ON' in flags else 'CPU'}; cached by source hash)")
                 binary = await loop.run_in_executor(None, lambda: build.build_llama_server(
