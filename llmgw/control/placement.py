@@ -532,6 +532,8 @@ class PlacementPass:
         self._node = [by_id[node_id] for node_id in self._ids]
         self._order = [self._slot[node.id] for node in self.nodes]  # the list's nodes, as slots
         self._rack = [spread_domains(node) for node in self._node]  # its rack and PDUs
+        self._domains = {d for domains in self._rack for d in domains}
+        self._undomained = any(not domains for domains in self._rack)  # some node has neither rack nor PDU
         self._healthy = [tuple((d.index, d.gpu_class) for d in node_devices(node.gpus) if d.usable)
                          for node in self._node]
         self._weights_by_model: dict[str, set[int]] = {}
@@ -808,6 +810,9 @@ class PlacementPass:
                 return False
             return not (cores and cores_free < cores)
 
+        # The fewest replicas of the model any node's rack and PDUs can have: a node with that many and none
+        # of its own is beaten by none (once every rack has one, the first such need not be one with none).
+        floor = 0 if self._undomained or not in_rack or len(in_rack) < len(self._domains) else min(in_rack.values())
         best: tuple | None = None
         best_slot = None
         # Nodes holding the weights are few: each is weighed.
@@ -818,7 +823,7 @@ class PlacementPass:
                        total - gpus, cores_free - cores, memory_free - memory, ids[s])
                 if best is None or key < best:
                     best, best_slot = key, s
-        if best is not None and not best[0] and not best[1]:
+        if best is not None and not best[0] and best[1] <= floor:
             return best_slot
         # The others in packing order: the first with no replica of the model in its node or rack
         # beats every node after it; the ones before it that have some are weighed on the way. They come
@@ -848,7 +853,7 @@ class PlacementPass:
                 spread = (mine, mine_in_rack)
                 if best_spread is None or spread < best_spread:
                     best_spread, best_slot = spread, s
-                    if not mine and not mine_in_rack:
+                    if not mine and mine_in_rack <= floor:
                         return best_slot
         return best_slot
 

@@ -74,8 +74,9 @@ def random_models(rng: random.Random) -> list:
         scaling = {"min": low, "max": low + rng.choice((0, 1, 2))}
         if rng.random() < 0.4:  # started by a request (test: touched between passes)
             scaling = {"min": 0, "max": rng.choice((1, 2)), "on_demand": True}
+        model_class = rng.choice(("critical", "standard", "opportunistic", "opportunistic", "opportunistic"))
         out.append(model(f"m{i}", profiles=profiles, owner=rng.choice(OWNERS), scaling=scaling,
-                         **{"class": rng.choice(("critical", "standard", "opportunistic", "opportunistic", "opportunistic"))}))
+                         **{"class": model_class}))
     return out
 
 
