@@ -42,6 +42,7 @@ class CuttableProxy:
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
+        self._cut = False
         self.mend()
 
     def mend(self) -> None:
@@ -50,6 +51,8 @@ class CuttableProxy:
         listener.bind(("127.0.0.1", self.port))
         listener.listen(64)
         self._listener = listener
+        with self._lock:
+            self._cut = False
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
     def cut(self) -> None:
@@ -57,6 +60,7 @@ class CuttableProxy:
         if listener is not None:
             listener.close()
         with self._lock:
+            self._cut = True  # a connection accepted before the close but not yet recorded is closed too
             socks, self._socks = self._socks, []
         for s in socks:
             try:
@@ -77,6 +81,10 @@ class CuttableProxy:
                 client.close()
                 continue
             with self._lock:
+                if self._cut:
+                    client.close()
+                    server.close()
+                    continue
                 self._socks += [client, server]
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
@@ -199,11 +207,13 @@ def test_two_control_planes_both_serve_and_the_standby_serves_on_when_the_leader
         view = leader_b["replica_view"]
         assert view["stale"] is False and view["copied"] == 1 and view["age_s"] < LEASE_TTL * 2
         assert view["from"].startswith(f"127.0.0.1:{a_ports['agent']}")
+        assert get(f"http://127.0.0.1:{b_ports['client']}/ready")[0] == 200  # a load balancer's health check
         _, health_b = get(f"http://127.0.0.1:{b_ports['client']}/health")
         assert health_b["status"] == "ok" and health_b["role"] == "standby"
         assert get(f"http://127.0.0.1:{a_ports['client']}/health")[1]["role"] == "leader"
         assert metric(b_ports, "llmgw_replica_view_age_seconds") < LEASE_TTL * 2
         assert metric(b_ports, "llmgw_replica_view_stale") == 0 and metric(a_ports, "llmgw_leader") == 1
+        assert metric(a_ports, "llmgw_replica_view_age_seconds") == 0 and metric(b_ports, "llmgw_leader") == 0
 
         # Round-robin over both through the SDK: every request answered, by both.
         ids: dict[str, list[str]] = {"a": [], "b": []}
@@ -238,20 +248,29 @@ def test_two_control_planes_both_serve_and_the_standby_serves_on_when_the_leader
         proxy.cut()
         cut_at = time.monotonic()
         refused: list[str] = []
+        seen: list[str] = []
 
         def refuses() -> bool:
             try:
                 ask(b_client)
+                seen.append("200")
             except openai.APIStatusError as exc:
+                seen.append(f"{exc.status_code} {exc.message}"[:200])
                 if exc.status_code == 503:
                     refused.append(exc.message)
                     return True
+            except openai.APIConnectionError as exc:
+                seen.append(f"{type(exc).__name__} {exc}"[:200])
             return False
 
-        wait_until(refuses, LEASE_TTL * 2 + 10, "the cut-off standby refusing")
+        try:
+            wait_until(refuses, LEASE_TTL * 2 + 10, "the cut-off standby refusing")
+        except AssertionError:
+            raise AssertionError((seen[-5:], logs())) from None
         assert time.monotonic() - cut_at >= LEASE_TTL * 2 - 1  # not before its bound
         assert "standby" in refused[0] and "old" in refused[0] and "store has not answered" in refused[0], refused
         assert metric(b_ports, "llmgw_replica_view_stale") == 1
+        assert get(f"http://127.0.0.1:{b_ports['client']}/ready")[0] == 503  # the load balancer takes it out
         _, leader_b = get(f"http://127.0.0.1:{b_ports['client']}/leader")
         assert leader_b["replica_view"]["stale"] is True and leader_b["replica_view"]["error"]
         proxy.mend()
@@ -294,6 +313,7 @@ def test_two_control_planes_both_serve_and_the_standby_serves_on_when_the_leader
               f"dead A failed to connect ({sum(1 for o in to_a if o[2])} of them), as a load balancer's health "
               "check would take it out")
         assert after and not failed, (failed[:5], logs())
+        assert to_a and all(o[2].startswith("APIConnectionError") for o in to_a if o[1] > killed_at + 1)
         # The engine was adopted by the new leader, not started again, and B still answers as the leader.
         assert descendants(agent.pid) == engines
         assert answers(b_client)
