@@ -71,7 +71,8 @@ def register(server_sub) -> None:
                    "checked whole before anything is written, and mark the cluster offline (mirror.offline)")
     b.add_argument("--bundle-sha256", default="", metavar="HEX", help="the sha256 `bundle create` printed for it")
     b.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
-                   help="a release key the bundle may be signed by, beside the built-in ones (repeatable)")
+                   help="a release key (a .pub file or its base64) the bundle may be signed by, beside the "
+                   "built-in ones; written into server.yaml's releases.trusted_keys (repeatable)")
     p.add_argument("--no-start", dest="start", action="store_false", help="install, but start nothing")
     p.add_argument("--wait", type=float, default=180.0, metavar="SECONDS",
                    help="how long to wait for the server to answer (default 180)")

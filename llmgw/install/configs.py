@@ -32,6 +32,7 @@ class ServerFile:
     mirror_url: str = ""
     mirror_api: str = ""
     mirror_offline: bool = False  #: from an offline bundle (--bundle): nothing is fetched from outside
+    trusted_keys: tuple[str, ...] = ()  #: release keys (base64) --trust named, kept as releases.trusted_keys
     model: str = "none"  #: none, sim, or a GGUF repository (org/repo) for llama.cpp on CPUs
 
 
@@ -139,6 +140,14 @@ def server_yaml(layout: Layout, f: ServerFile, *, hostname: str) -> str:
         lines += [
             "# No mirror: each node fetches weights from the model's source. One later:",
             "# mirror: {url: http://models.internal:8081, api: https://models.internal:8082}",
+            "",
+        ]
+    if f.trusted_keys:
+        lines += [
+            "# Release keys this cluster trusts beside the built-in ones (llmgw release; docs: releases).",
+            "releases:",
+            "  trusted_keys:",
+            *[f"    - {_q(key)}" for key in f.trusted_keys],
             "",
         ]
     entry = model_entry(f.model)

@@ -245,6 +245,14 @@ async def check_options(layout: Layout, opts: InitOptions) -> list[str]:
 
 def _check_bundle(layout: Layout, opts: InitOptions) -> list[str]:
     """--bundle: checked whole (llmgw.bundle.importer) before anything is written; its problems, each named."""
+    if opts.trust and not opts.bundle:
+        from llmgw.release.keys import KeyError_, parse_public_key
+
+        try:
+            for key in opts.trust:
+                parse_public_key(key, "--trust")
+        except KeyError_ as exc:
+            return [str(exc)]
     if not opts.bundle:
         return []
     if opts.mirror != "here":
@@ -361,7 +369,7 @@ class Installer:
             agent_listen=self.opts.agent_listen, metrics_listen=self.opts.metrics_listen,
             store_dsn=f"file:{self.layout.store_dsn_file}" if postgres and not inline_dsn else dsn,
             store_is_postgres=postgres, mirror_url=mirror_url, mirror_api=mirror_api, model=self.opts.model,
-            mirror_offline=bool(self.opts.bundle),
+            mirror_offline=bool(self.opts.bundle), trusted_keys=self._trusted_keys(),
         )
 
     def server_text(self, *, inline_dsn: bool = False) -> str:
@@ -472,6 +480,9 @@ class Installer:
                    f"== {L.tls}/server.pem, server-key.pem (0600), ca.pem: the server certificate for {hosts}")
         out.append(f"== {L.admin_token}: exists, kept" if L.admin_token.exists() else
                    f"== {L.admin_token} (0600): the admin token, 43 random characters")
+        if self.opts.bundle:
+            out.append(f"== {L.state / 'mirror'}: the bundle {self.opts.bundle} imported (checked: every file), "
+                       "then marked offline")
         if self.opts.node:
             out.append("")
             file(L.agent_yaml, self.agent_text(), 0o640)
@@ -574,6 +585,15 @@ class Installer:
         self.manifest.save()
         self._install_firewall()
         self.manifest.save()
+
+    def _trusted_keys(self) -> tuple[str, ...]:
+        """--trust's keys as base64, for server.yaml's releases.trusted_keys (a key that cannot be read: none)."""
+        from llmgw.release.keys import KeyError_, parse_public_key
+
+        try:
+            return tuple(parse_public_key(k, "--trust").base64 for k in self.opts.trust)
+        except KeyError_:
+            return ()  # check() has said why
 
     def _import_bundle(self) -> None:
         """--bundle: into this machine's mirror (checked again as it is written), which is then offline."""

@@ -220,6 +220,11 @@ def test_server_init_refuses_a_changed_bundle_and_writes_nothing(site, llmgw, tm
     assert not root.exists()
     ran = llmgw(*_init(root, "--bundle", site["bundle"], "--trust", site["pub"]))
     assert ran.code == 2 and "needs --mirror here" in ran.err
+    ran = llmgw(*_init(root, "--mirror", "here", "--bundle", site["bundle"], "--trust", site["pub"], "--dry-run"))
+    assert ran.code == 2 and f"--bundle {name}: its sha256 is" in ran.err  # --dry-run checks the bundle too
+    ran = llmgw(*_init(root, "--trust", "not-a-key"))
+    assert ran.code == 2 and "--trust 'not-a-key'" in ran.err
+    assert not root.exists()
 
 
 @pytest.mark.slow  # a real init: the CA, the store's migrations, argon2 (~2 s)
@@ -237,6 +242,9 @@ def test_server_init_with_a_bundle_fills_the_mirror_and_writes_an_offline_server
     mirror = L.state / "mirror"
     assert Layout(mirror).models() == ["tiny"] and (mirror / "_llmgw" / "offline.json").is_file()
     assert "imported the bundle" in ran.out and "the mirror is offline" in ran.out
+    from llmgw.release.keys import parse_public_key
+
+    assert config.releases.trusted_keys == [parse_public_key(str(site["pub"]), "t").base64]
 
 
 def test_the_release_inside_is_held_to_its_own_signature(site, llmgw, tmp_path):
