@@ -134,7 +134,7 @@ async def _store(config) -> Finding | list[Finding]:
 
 async def _store_members(store, dsn: str) -> Finding:
     """A PostgreSQL store's members as its primary sees them (pg_stat_replication): each one's role, state and lag."""
-    from llmgw.obs.store_metrics import _replication
+    from llmgw.obs.store_metrics import _replication, address_members
 
     try:
         members, lags = await store._read(_replication)
@@ -153,10 +153,11 @@ async def _store_members(store, dsn: str) -> Finding:
     if members and members[0][2] == "replica":
         return Finding("store members", WARN, f"{text}: the store is a standby in recovery; llmgw writes to the "
                        "primary: list every member in store.dsn with target_session_attrs=read-write")
-    several = "," in urllib.parse.urlsplit(dsn).netloc.rpartition("@")[2]
-    if several and not replicas:
-        return Finding("store members", WARN, f"{text}: store.dsn names several members but the primary has no "
-                       "standby; `patronictl -c /etc/llmgw/patroni/patroni.yml list` on a member says why")
+    named = address_members(dsn)
+    if named > 1 and len(replicas) < named - 1:
+        return Finding("store members", WARN, f"{text}: store.dsn names {named} members but the primary sees "
+                       f"{len(replicas)} standby(s); `patronictl -c /etc/llmgw/patroni/patroni.yml list` on a "
+                       "member says which is missing")
     lagging = [m for m in replicas if m[3] != "streaming"]
     if lagging:
         return Finding("store members", WARN, f"{text}: {lagging[0][0]} is not streaming; its PostgreSQL log "

@@ -436,6 +436,16 @@ STORE = AlertGroup("llmgw-store", "The store: its queries, and its standbys when
               "store's role may not read it: grant it pg_monitor, and this alert watches that standby too.)"),
     ),
     Alert(
+        "StoreMemberMissing",
+        "llmgw_store_address_members > on (instance) count by (instance) (llmgw_store_member)",
+        "warning", "5m",
+        "{{ $labels.instance }}'s store address names {{ $value }} members; the primary sees fewer",
+        _join("A member of the address is neither the primary nor a standby streaming from it: its machine,",
+              "Patroni or PostgreSQL is down, or it no longer replicates. Until it is back, one more failure",
+              "leaves no standby to promote. `llmgw doctor` names the members seen; `patronictl -c",
+              "/etc/llmgw/patroni/patroni.yml list` on a member names them all."),
+    ),
+    Alert(
         "StoreStandbyBehind", "llmgw_store_replica_lag_bytes > 64 * 1024 * 1024", "warning", "10m",
         "Store member {{ $labels.member }} is {{ $value | humanize1024 }}B behind the primary",
         _join("Patroni does not promote a standby far behind, so a failover now would find none fit. A slow",

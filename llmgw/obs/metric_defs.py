@@ -171,6 +171,9 @@ METRICS: tuple[MetricDef, ...] = tuple([
             "leader) and each standby by its state (streaming, catchup, ...).", ("member", "host", "role", "state")),
            ("llmgw_store_replica_lag_bytes", "gauge",
             "How far a standby's replay is behind the primary's WAL, in bytes.", ("member",)),
+           ("llmgw_store_address_members", "gauge",
+            "How many PostgreSQL members the store's address names (its hosts); the primary and its standbys "
+            "should be as many.", ()),
            ("llmgw_store_write_errors_total", "counter", "Writes the store failed (not refusals of input).", ()),
            ("llmgw_usage_journal_rows", "gauge", "Usage rows in the journal, waiting for the store.", ()),
            ("llmgw_usage_rows_dropped_total", "counter", "Usage rows neither the store nor the journal took.", ())),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -116,6 +117,11 @@ class StoreCollector:
         for member, lag in self.lags:
             lags.add_metric([member], lag)
         yield lags
+        d = defn("llmgw_store_address_members")
+        named = GaugeMetricFamily(d.family, d.help, labels=list(d.labels))
+        if self.backend == "postgres":
+            named.add_metric([], address_members(getattr(self.store, "_dsn_shown", "")))
+        yield named
 
     async def refresh(self) -> None:
         """Read the replication again, when the store is PostgreSQL and the last reading is a few seconds old."""
@@ -127,6 +133,12 @@ class StoreCollector:
         except Exception as exc:  # noqa: BLE001 - the metrics say what they can; the store's own errors count it
             log.warning("store replication not read for the metrics: %s", exc)
             self.members, self.lags = [], []
+
+
+def address_members(dsn: str) -> int:
+    """How many hosts a PostgreSQL address names (`postgres://u:p@h1:5432,h2:5432/db` names two)."""
+    hosts = urllib.parse.urlsplit(dsn).netloc.rpartition("@")[2]
+    return len([h for h in hosts.split(",") if h]) or 1
 
 
 def _bound(value: float) -> str:

@@ -129,3 +129,10 @@ def test_a_dry_run_checks_and_writes_nothing(tmp_path, ca, bins, capsys):
     assert init(tmp_path, ca, bins, "--dry-run") == 0
     assert "nothing written" in capsys.readouterr().out and not (tmp_path / "out").exists()
     assert init(tmp_path, ca, bins, "--dry-run", etcd="a=10.0.0.1,b=10.0.0.2") == 2  # still checked
+
+
+def test_the_members_an_address_names_are_counted():
+    from llmgw.obs.store_metrics import address_members
+
+    assert address_members("postgresql://llmgw:p@10.0.0.149:5432,10.0.0.150:5432,[::1]:5432/llmgw?sslmode=verify-full") == 3
+    assert address_members("postgres://llmgw:***@db1/llmgw") == 1

@@ -31,7 +31,7 @@ import pytest
 from llmgw.pki import init_ca
 from llmgw.store import open_store
 from tests.conftest import find_postgres_bin, free_port
-from tests.obs.scrape import samples
+from tests.obs.scrape import samples, value
 from tests.server.serving import project_key
 
 pytestmark = pytest.mark.slow
@@ -232,6 +232,11 @@ def scrape_members(port: int) -> set[tuple[str, str]]:
             if name == "llmgw_store_member" and v == 1}
 
 
+def address_members(port: int) -> float | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return value(resp.read().decode(), "llmgw_store_address_members")
+
+
 def doctor_members(root: Path) -> str:
     done = subprocess.run([sys.executable, "-m", "llmgw", "doctor", "--root", str(root), "--json"],
                           capture_output=True, text=True, timeout=60)
@@ -361,8 +366,12 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
                 await loop.run_in_executor(None, wait_for, lambda: cluster.leader() == first, 60,
                                            f"{first} promoted after {other} died", cluster.logs)
                 promoted_after = time.monotonic() - t_fail
-                # With its standby gone, doctor warns: the address names two members, the primary has no standby.
+                # With its standby gone, doctor warns: the address names two members, the primary sees no standby.
                 alone = await loop.run_in_executor(None, doctor_members, root)
+                # The metrics: the primary alone, where the address names two (StoreMemberMissing fires on that).
+                await loop.run_in_executor(None, wait_for, lambda: scrape_members(ports["metrics"]) == {
+                    ("127.0.0.1", "leader")}, 20, "the metrics naming the primary alone")
+                assert address_members(ports["metrics"]) == 2
                 await asyncio.sleep(2)
                 fail = load.since(t_fail)
             answered = sum(ok for _, ok in load.results)
@@ -409,4 +418,4 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
     assert switch[2] <= 5 and fail[2] <= 5, report  # failures, if any, within a few seconds
     assert answered > 100, report
     assert after.startswith("ok: ") and f"replica {other}" in after, after
-    assert alone.startswith("warn: ") and "the primary has no standby" in alone, alone
+    assert alone.startswith("warn: ") and "names 2 members but the primary sees 0 standby(s)" in alone, alone
