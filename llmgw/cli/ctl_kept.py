@@ -5,6 +5,7 @@ requests kept, one shown or replayed against another model, through the admin AP
 from __future__ import annotations
 
 import shutil
+import sys
 import textwrap
 from typing import Any
 
@@ -44,7 +45,8 @@ def register(sub) -> None:
         "client got (GET /requests/ID; the read is written to the audit log). `request ID --replay --model "
         "OTHER` sends it again to OTHER through the gateway, as the key that sent it (its limits, budget, "
         "residency and guardrails hold; the usage is its own, tagged replay_of=ID), and prints the answer kept "
-        "and the new one side by side (POST /requests/ID/replay); --json prints both whole.")
+        "and the new one side by side (POST /requests/ID/replay); --json prints both whole. A replay the gateway "
+        "refuses (a model the key may not use, a spent budget) exits 1 with the gateway's reason.")
     p.add_argument("words", metavar="WORD", nargs="+", help="show ID, or ID (with --replay)")
     p.add_argument("--replay", action="store_true", help="send it again, to --model")
     p.add_argument("--model", metavar="MODEL", help="the model a replay goes to")
@@ -122,12 +124,18 @@ def run_request(args, client: AdminClient) -> int:
     if not args.model:
         raise CtlError("--replay needs --model OTHER: the model to send it to (nothing sent)", 2)
     info = client.post(f"/requests/{_quote(request_id)}/replay", body={"model": args.model})
+    failed = info["status"] >= 400
     if args.json:
         print_json(info)
-        return 0
-    print(f"request {info['id']} replayed as {info['replay_request_id']} (status {info['status']})")
-    print(side_by_side(f"kept: {info['model']}", info["original_text"],
-                       f"replay: {info['replay_model']}", info["replayed_text"]))
+    else:
+        print(f"request {info['id']} replayed as {info['replay_request_id']} (status {info['status']})")
+        print(side_by_side(f"kept: {info['model']}", info["original_text"],
+                           f"replay: {info['replay_model']}", info["replayed_text"]))
+    if failed:
+        error = info["replayed"].get("error") if isinstance(info["replayed"], dict) else None
+        reason = error.get("message") if isinstance(error, dict) else info["replayed_text"]
+        print(f"llmgw ctl request: the gateway refused the replay ({info['status']}): {reason}", file=sys.stderr)
+        return 1
     return 0
 
 
