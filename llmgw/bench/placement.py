@@ -40,7 +40,7 @@ from llmgw.config.server import ModelConfig, Profile
 from llmgw.control.catalog import parse_model
 from llmgw.control.inventory import Node
 from llmgw.control.placement import RACK_LABEL, Decision, Holding, PlacementPass
-from llmgw.control.placement_round import PlacementRound
+from llmgw.control.placement_round import PlacementRound, collector_paused
 from llmgw.wire.messages import GpuInfo
 
 GiB = 1 << 30
@@ -238,16 +238,17 @@ def run_size(size: int, bench: PlacementBench) -> dict:
     held_before: list[int] = []
     decisions = []
     started, cpu_started = time.perf_counter(), time.process_time()
-    pass_round = PlacementRound(nodes, holdings)
-    for i, model in enumerate(models):
-        held_before.append(len(holdings))
-        decision = pass_round.decide(model)
-        decisions.append(decision)
-        p = decision.placement
-        if p is not None:
-            h = Holding(f"r-{i}", model.name, p.node, gpus=p.gpus, memory=p.memory, cores=p.cores)
-            holdings.append(h)
-            pass_round.hold(h)
+    with collector_paused():  # as the reconciler's pass does
+        pass_round = PlacementRound(nodes, holdings)
+        for i, model in enumerate(models):
+            held_before.append(len(holdings))
+            decision = pass_round.decide(model)
+            decisions.append(decision)
+            p = decision.placement
+            if p is not None:
+                h = Holding(f"r-{i}", model.name, p.node, gpus=p.gpus, memory=p.memory, cores=p.cores)
+                holdings.append(h)
+                pass_round.hold(h)
     pass_s, pass_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     single = []
     for model in models[: bench.decisions_timed]:

@@ -26,7 +26,9 @@ says (facility.py), as the reconciler did before:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import gc
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -40,6 +42,21 @@ from llmgw.plugins.types import Engine
 
 #: How many times a placement whose cards pass a power budget is tried again elsewhere.
 BUDGET_TRIES = 4
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector held off while one pass places its replicas (it is synchronous: a fraction of a
+    second). Each full collection walks every object of the process, and the allocations of thousands of
+    decisions set several off: at 2,000 nodes they took some 40% of a pass (docs/performance.md). What a
+    pass leaves is freed as it goes by reference counting; any cycle waits for the next collection."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def record_holdings(rec: Any, model_class: str, owner: str, spare: bool) -> list[Holding]:
@@ -206,4 +223,4 @@ class ReconcileRound(PlacementRound):
                 self.relabel(replica_id, spare=spare)
 
 
-__all__ = ["BUDGET_TRIES", "PlacementRound", "ReconcileRound", "record_holdings"]
+__all__ = ["BUDGET_TRIES", "PlacementRound", "ReconcileRound", "collector_paused", "record_holdings"]

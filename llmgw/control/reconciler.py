@@ -50,7 +50,7 @@ from llmgw.control.jobs import ReconcilerObserver
 from llmgw.control.parked import ParkedRecord, normalized
 from llmgw.control.facility import Hold, held_cards
 from llmgw.control.placement import CLASS_RANK, Decision, Holding, Placement
-from llmgw.control.placement_round import PlacementRound, ReconcileRound, record_holdings
+from llmgw.control.placement_round import PlacementRound, ReconcileRound, collector_paused, record_holdings
 from llmgw.control.preemption import PREEMPT_INTERVAL, PreemptionLedger, taken_words
 from llmgw.control.quotas import QuotaReader, Quotas
 from llmgw.control.schedules import Bounds, bounds_at, time_zone
@@ -212,14 +212,15 @@ class Reconciler(AgentEvents, EngineProvisioning):
             self._settle_preemptions()
             # Models that had replicas stopped for them first, then critical ones: what a preemption
             # frees goes to the model it was made for.
-            self._round = self._new_round()
-            try:
-                for model in sorted(self.catalog.cluster_models(),
-                                    key=lambda m: (m.name not in self._reclaiming, -CLASS_RANK.get(m.model_class, 1),
-                                                   m.name)):
-                    self._plan(model)
-            finally:
-                self._round = None
+            with collector_paused():
+                self._round = self._new_round()
+                try:
+                    for model in sorted(self.catalog.cluster_models(),
+                                        key=lambda m: (m.name not in self._reclaiming,
+                                                       -CLASS_RANK.get(m.model_class, 1), m.name)):
+                        self._plan(model)
+                finally:
+                    self._round = None
             await self._send()
             self._settle_waiters()
             await self.save_parked()

@@ -237,3 +237,30 @@ def test_a_replica_marked_as_going_stops_counting_toward_its_quota_at_the_next_d
     assert one.decide(m, quotas=quotas).placement.gpus == (2,)
     one.relabel("a-1", leaving=False)
     assert one.decide(m, quotas=quotas).placement is None
+
+
+async def test_the_cycle_collector_is_held_off_only_while_a_pass_places():
+    import gc
+
+    import pytest
+
+    from llmgw.control.placement_round import collector_paused
+
+    h = Harness([model("a", scaling={"min": 1, "max": 1})])
+    h.connect(register("n1"))
+    seen = []
+    plan = h.rec._plan
+    h.rec._plan = lambda cm: (seen.append(gc.isenabled()), plan(cm))
+    assert gc.isenabled()
+    [(node, _)] = await h.start_ready()
+    assert node == "n1" and seen == [False] and gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():  # an error in the pass gives it back too
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # held off before: left so
+    finally:
+        gc.enable()
