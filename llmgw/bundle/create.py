@@ -14,7 +14,10 @@ import hashlib
 import io
 import os
 import secrets
+import subprocess
+import sys
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
@@ -90,10 +93,32 @@ class _HashingReader(io.RawIOBase):
         return data
 
 
+def download_requirements(requirements: Path, dest: Path) -> None:
+    """`pip download -r REQUIREMENTS` into `dest`: every distribution they need, with their dependencies, for
+    this machine's Python and platform (the file may name an --index-url, as pip reads it)."""
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                           "--no-input", "-r", str(requirements), "-d", str(dest)], capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+        raise BundleError(f"--wheels {requirements}: pip download failed: {tail}")
+
+
 def create_bundle(out: str | os.PathLike[str], *, release_dir: str | os.PathLike[str], mirror_dir: str | os.PathLike[str],
                   models: Iterable[str], engines: Iterable[str], wheels_dir: str | os.PathLike[str] | None,
                   private_key, trust: TrustSet) -> Created:
-    """Check everything, then write the archive at `out`; BundleError or ReleaseRefused and nothing written."""
+    """Check everything, then write the archive at `out`; BundleError or ReleaseRefused and nothing written.
+
+    `wheels_dir` is a folder of distributions, or a requirements file whose distributions are downloaded first."""
+    if wheels_dir and Path(wheels_dir).is_file():
+        with tempfile.TemporaryDirectory(prefix="llmgw-bundle-wheels-") as tmp:
+            download_requirements(Path(wheels_dir), Path(tmp))
+            return _create(out, release_dir=release_dir, mirror_dir=mirror_dir, models=models, engines=engines,
+                           wheels_dir=tmp, private_key=private_key, trust=trust)
+    return _create(out, release_dir=release_dir, mirror_dir=mirror_dir, models=models, engines=engines,
+                   wheels_dir=wheels_dir, private_key=private_key, trust=trust)
+
+
+def _create(out, *, release_dir, mirror_dir, models, engines, wheels_dir, private_key, trust: TrustSet) -> Created:
     from llmgw.release.keys import PublicKey
 
     out_path = Path(out)
@@ -134,7 +159,7 @@ def create_bundle(out: str | os.PathLike[str], *, release_dir: str | os.PathLike
 
     sources = [Path(wheels_dir)] if wheels_dir else []
     if wheels_dir and not Path(wheels_dir).is_dir():
-        raise BundleError(f"--wheels {wheels_dir}: not a folder of wheels and sdists")
+        raise BundleError(f"--wheels {wheels_dir}: neither a folder of wheels and sdists nor a requirements file")
     sources.append(layout.root / "wheels")
     wheels: dict[str, Path] = {}
     if wheels_dir:

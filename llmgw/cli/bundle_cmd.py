@@ -34,7 +34,9 @@ def register(sub) -> None:
     p.add_argument("--engines", default="", metavar="ENGINE[,..]",
                    help="engines nodes will install, like llama.cpp: their distributions from --wheels or the "
                    "mirror's wheels/ folder")
-    p.add_argument("--wheels", metavar="DIR", help="a folder of wheels and sdists to bring, every one")
+    p.add_argument("--wheels", metavar="DIR|REQUIREMENTS",
+                   help="a folder of wheels and sdists to bring, every one; or a requirements file, whose "
+                   "distributions and their dependencies `pip download` fetches (for this machine's Python)")
     p.add_argument("--key", default=os.environ.get("LLMGW_RELEASE_KEY", ""), metavar="KEY",
                    help="the release key that signs the manifest (default $LLMGW_RELEASE_KEY)")
     trust_arguments(p)
