@@ -86,7 +86,8 @@ def redact(dsn: str) -> str:
         userinfo = userinfo.split(":", 1)[0] + ":***"
     netloc = f"{userinfo}{at}{hosts}"
     query = urllib.parse.urlencode(
-        [(k, "***" if k == "password" else val) for k, val in urllib.parse.parse_qsl(parts.query)]
+        [(k, "***" if k == "password" else val) for k, val in urllib.parse.parse_qsl(parts.query)],
+        safe="/",  # sslrootcert=/etc/llmgw/tls/ca.pem stays readable
     )
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 

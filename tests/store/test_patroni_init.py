@@ -51,6 +51,7 @@ def test_three_machines_get_their_folders_and_the_store_every_member(tmp_path, c
     assert "sslrootcert=/etc/llmgw/tls/ca.pem" in dsn
     password = dsn.split(":", 2)[2].split("@")[0]
     assert password not in said  # printed with the password hidden
+    assert "sslrootcert=/etc/llmgw/tls/ca.pem" in said  # and readable
 
     conf = yaml.safe_load((out / "db1/patroni/patroni.yml").read_text())
     assert conf["name"] == "db1" and conf["etcd3"]["protocol"] == "https"
