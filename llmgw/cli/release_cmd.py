@@ -9,6 +9,8 @@ import sys
 from llmgw.cli.common import add_json_flag, print_json
 
 HELP = "Sign llmgw releases and verify them: keygen, sign, verify (Ed25519, docs/releases.md)."
+#: The control plane's server.yaml, whose releases keys are taken when it is there and --config names none.
+DEFAULT_CONFIG = "/etc/llmgw/server.yaml"
 
 
 def register(sub) -> None:
@@ -51,15 +53,18 @@ def trust_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--revoke", action="append", default=[], metavar="KEYID",
                    help="distrust this key id, wherever it is trusted (repeatable)")
     p.add_argument("--config", default=os.environ.get("LLMGW_CONFIG", ""), metavar="SERVER_YAML",
-                   help="take releases.trusted_keys and releases.revoked_keys from this server.yaml "
-                   "(default $LLMGW_CONFIG; none: only built-in keys and --trust)")
+                   help="take releases.trusted_keys and releases.revoked_keys from this server.yaml (default "
+                   f"$LLMGW_CONFIG, else {DEFAULT_CONFIG} where it exists; none: only built-in keys and --trust)")
 
 
 def trust_of(args: argparse.Namespace):
     """The trust set the flags name; KeyError_ or ConfigError when one cannot be read."""
+    from pathlib import Path
+
     from llmgw.release.trust import trust_for_config
 
-    return trust_for_config(args.config or None, trusted=args.trust, revoked=args.revoke)
+    config = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
+    return trust_for_config(config, trusted=args.trust, revoked=args.revoke)
 
 
 def known_errors() -> tuple[type[BaseException], ...]:

@@ -214,3 +214,17 @@ def test_signing_again_replaces_both_and_a_link_or_an_empty_folder_is_refused(ke
     (tmp_path / "empty").mkdir()
     ran = llmgw("release", "sign", "--key", key, tmp_path / "empty")
     assert ran.code == 1 and "holds no files to sign" in ran.err
+
+
+def test_the_control_plane_s_server_yaml_is_read_by_default(keys, release, llmgw, tmp_path, monkeypatch):
+    import llmgw.cli.release_cmd as release_cmd
+
+    pub, kid = _signed(keys, release, llmgw)
+    config = tmp_path / "server.yaml"
+    config.write_text(f"releases:\n  revoked_keys: [{kid}]\n")
+    monkeypatch.delenv("LLMGW_CONFIG", raising=False)
+    monkeypatch.setattr(release_cmd, "DEFAULT_CONFIG", str(config))
+    ran = llmgw("release", "verify", release, "--trust", pub)
+    assert ran.code == 1 and f"which is revoked ({config}: releases.revoked_keys[0])" in ran.err
+    monkeypatch.setattr(release_cmd, "DEFAULT_CONFIG", str(tmp_path / "none.yaml"))
+    assert llmgw("release", "verify", release, "--trust", pub).code == 0
