@@ -70,6 +70,13 @@ async def test_not_kept_by_default_then_kept_whole_and_streamed_once_asked(tmp_p
         assert {e["action"] for e in audit["events"]} >= {"requests.list", "requests.read"}
         assert HELLO[0]["content"] not in caplog.text and answer.choices[0].message.content not in caplog.text
 
+        code, out, _ = await s.ctl(capsys, "keys", "requests", f"key:{s.key_id}", "--list", "--since", "1h",
+                                   "--config", s.config)
+        assert code == 0 and oldest["id"] in out and newest["id"] in out
+        assert HELLO[0]["content"] not in out, "a list shows no text"
+        code, _, err = await s.ctl(capsys, "ctl", "kept-requests", f"key:{s.key_id}", "--keep", "400d")
+        assert code != 0 and "at most 366 days" in err
+
         # --off stops it; what is kept stays until it expires
         code, out, _ = await s.ctl(capsys, "keys", "requests", f"key:{s.key_id}", "--off", "--config", s.config)
         assert code == 0 and "requests not kept" in out
@@ -176,3 +183,8 @@ async def test_a_kept_request_replayed_against_another_model_side_by_side(tmp_pa
         assert code == 2 and "--model" in err
         status, audit = await s.admin("GET", "/audit", action="requests.replay")
         assert [e["target"] for e in audit["events"]] == [f"request:{kept_id}"] * 3
+
+        status, _ = await s.admin("POST", f"/keys/{s.key_id}/revoke", {})
+        assert status == 200
+        code, _, err = await s.ctl(capsys, "ctl", "request", kept_id, "--replay", "--model", "other")
+        assert code != 0 and "cannot be used now" in err and "billed to it" in err

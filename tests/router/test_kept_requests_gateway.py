@@ -80,3 +80,23 @@ def test_a_stream_with_tool_calls_is_assembled_into_one_message():
                                       "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]
     assert answer["choices"][0]["finish_reason"] == "tool_calls" and answer["usage"]["completion_tokens"] == 9
     assert kept_requests.answer_text(answer) == "Let me look.\n(tool calls: read_file)"
+
+
+async def test_anthropic_messages_and_the_responses_api_are_kept_as_the_chat_the_model_was_sent(sim, stored_gateway):
+    import anthropic
+
+    engine = await sim(models=["m"])
+    sg = await stored_gateway([model("m", engine)])
+    await sg.store.set_keep_rule("key", "key-a", dt.timedelta(days=1))
+    client = anthropic.AsyncAnthropic(base_url=sg.url, api_key="sk-a", max_retries=0)
+    try:
+        message = await client.messages.create(model="m", max_tokens=4, system="Be brief.", messages=HELLO)
+    finally:
+        await client.close()
+    response = await sg.client().responses.create(model="m", input="Say hi.", max_output_tokens=16)
+    from_responses, from_messages = await _kept(sg, 2)
+    assert (from_messages.endpoint, from_responses.endpoint) == ("/v1/messages", "/v1/responses")
+    assert from_messages.request["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert kept_requests.answer_text(from_messages.answer) == message.content[0].text
+    assert from_responses.request["messages"][-1]["content"] == "Say hi."
+    assert kept_requests.answer_text(from_responses.answer) == response.output_text
