@@ -305,6 +305,17 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
     assert listed.returncode == 0 and "pg1" in listed.stdout and "pg2" in listed.stdout, listed.stderr
     assert "Leader" in listed.stdout and "Replica" in listed.stdout, listed.stdout
 
+    # A new control plane on that address, with the cluster's CA already in place, as docs/store.md says.
+    plane = tmp_path / "cp1"
+    (plane / "etc/llmgw").mkdir(parents=True)
+    shutil.copytree(cluster.base / "ca", plane / "etc/llmgw/ca")
+    made = subprocess.run([sys.executable, "-m", "llmgw", "server", "init", "--yes", "--root", str(plane), "--admin",
+                           "ops@example.com", "--host", "cp1.example.com", "--store", dsn, "--no-start"],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "ca.pem: kept" in made.stdout
+    assert (plane / "etc/llmgw/store-dsn").read_text().strip() == dsn
+
     store = await open_store(dsn)  # TLS, verify-full, through target_session_attrs
     _, _, secret = await project_key(store, "p", "k")
     await store.close()
