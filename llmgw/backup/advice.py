@@ -37,7 +37,7 @@ def backup_advice(config: Any) -> list[tuple[str, str]]:
         out.append(("ok", f"each backup is copied to {', '.join(b.copy_to)}"))
     else:
         out.append(("warn", "backups stay on this machine's disk, lost with it: set backup.copy_to (a folder on "
-                            "another disk, or ssh://user@host/path)"))
+                            "another disk, ssh://user@host/path or s3://bucket/prefix)"))
     if b.schedule:
         from llmgw.backup.schedule import parse_schedule
 

@@ -1,7 +1,8 @@
 """Copies off the machine: each archive, once checked, copied to every destination of backup.copy_to.
 
 A destination is a folder on this machine (an absolute path: a mounted
-disk, an NFS share) or `ssh://user@host[:port]/path` on another machine.
+disk, an NFS share), `ssh://user@host[:port]/path` on another machine, or
+`s3://bucket/prefix` in an S3-compatible bucket (llmgw.backup.s3).
 Each copy is written under a temporary name, its sha256 checked against
 the archive's, then given the archive's name with `NAME.sha256` beside it;
 older archives there beyond backup.keep are removed, as in the backup folder
@@ -44,8 +45,8 @@ class Destination:
     """One place of backup.copy_to."""
 
     text: str  #: as written in server.yaml
-    kind: str  #: dir or ssh
-    path: str  #: the folder (on this machine, or on the far side)
+    kind: str  #: dir, ssh or s3
+    path: str  #: the folder (on this machine, or on the far side), or the bucket's prefix
     user: str = ""
     host: str = ""
     port: int | None = None
@@ -72,10 +73,15 @@ def parse_destination(text: str) -> Destination:
             raise ValueError(f"{text}: only ssh://user@host[:port]/path; put keys in backup.ssh_identity_file")
         return Destination(text=text, kind="ssh", path=path, user=unquote(url.username or ""),
                            host=url.hostname, port=port)
+    if text.startswith("s3://"):
+        url = urlsplit(text)
+        if not url.hostname or url.query or url.fragment or url.username:
+            raise ValueError(f"{text}: write s3://bucket/prefix (the endpoint is backup.s3_endpoint)")
+        return Destination(text=text, kind="s3", path=unquote(url.path).strip("/"), host=url.netloc)
     if re.match(r"[a-z][a-z0-9+.-]*://", text):
         scheme = text.split("://", 1)[0]
         raise ValueError(f"{text}: {scheme}:// is not a kind of destination llmgw copies to; give a folder "
-                         "(an absolute path) or ssh://user@host/path")
+                         "(an absolute path), ssh://user@host/path or s3://bucket/prefix")
     if not os.path.isabs(os.path.expanduser(text)):
         raise ValueError(f"{text}: give an absolute path (a folder on a disk other than the backup folder's)")
     return Destination(text=text, kind="dir", path=os.path.abspath(os.path.expanduser(text)))
@@ -91,6 +97,10 @@ def settings_problems(config: Any) -> list[tuple[tuple[str | int, ...], str]]:
         except ValueError as exc:
             problems.append((("backup", "copy_to", index), str(exc)))
             continue
+        if dest.kind == "s3":
+            for key in ("s3_endpoint", "s3_credentials_file"):
+                if not getattr(config.backup, key):
+                    problems.append((("backup", key), f"copy_to names {dest.text}; set backup.{key} too"))
         if dest.text in seen:
             problems.append((("backup", "copy_to", index), f"{dest.text} is named twice"))
         seen.add(dest.text)
@@ -126,6 +136,10 @@ async def copy_to(config: Any, dest: Destination, archive: str, keep: int) -> st
     digest, _ = await asyncio.to_thread(sha256_of, archive)
     if dest.kind == "dir":
         removed = await asyncio.to_thread(_copy_into_dir, dest.path, archive, digest, keep)
+    elif dest.kind == "s3":
+        from llmgw.backup.s3 import copy_to_bucket
+
+        removed = await copy_to_bucket(config, dest.host, dest.path, archive, digest, keep)
     else:
         removed = await _SshCopier(config, dest).copy(archive, digest, keep)
     return f"{dest.text}" + (f" (removed there: {', '.join(removed)})" if removed else "")

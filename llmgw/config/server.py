@@ -741,13 +741,22 @@ class BackupConfig:
     copy_to: list[str] = setting(  # llmgw.backup.copies
         factory=list,
         doc="Where each archive is copied after it is verified, each keeping backup.keep: a folder "
-        "(/mnt/backups), or ssh://user@host[:port]/path (the system's ssh).",
+        "(/mnt/backups), ssh://user@host[:port]/path (the system's ssh), or s3://bucket/prefix.",
     )
     ssh_identity_file: str = setting(  # llmgw.backup.copies
         "", doc="The private key ssh uses for ssh:// copies; empty uses ssh's own (~/.ssh, the agent)."
     )
     ssh_known_hosts_file: str = setting(  # llmgw.backup.copies
         "", doc="The known_hosts file ssh checks ssh:// destinations' host keys against; empty uses ssh's own."
+    )
+    s3_endpoint: str = setting(  # llmgw.backup.s3
+        "", doc="The S3-compatible endpoint of s3:// copies, like https://s3.eu-central-1.amazonaws.com or "
+        "http://minio:9000 (buckets addressed by path)."
+    )
+    s3_region: str = setting("us-east-1", doc="The region s3:// requests are signed for.")  # llmgw.backup.s3
+    s3_credentials_file: str = setting(  # llmgw.backup.s3
+        "", doc="An AWS-style credentials file ([default] aws_access_key_id, aws_secret_access_key) for s3:// "
+        "copies."
     )
     schedule: str = setting(  # llmgw.backup.schedule
         "", doc="When the running server backs up by itself: an interval (6h, 30m) or a daily UTC time (02:30); "

@@ -168,3 +168,81 @@ def test_an_ssh_host_key_that_is_not_known_fails_the_copy(capsys, tmp_path, sshd
     assert code == 1 and out == ""
     assert "backup.copy_to[0] ssh://" in err and "ssh to 127.0.0.1 failed (exit 255)" in err
     assert not far.exists()
+
+
+# ---------------------------------------------------------------- S3, against moto's S3 server
+
+
+@pytest.fixture
+def s3_server(tmp_path):
+    """moto's S3 server on a loopback port checking every request's signature (after the three that make a
+    user with an access key allowed s3:*), a bucket in it, and a credentials file for that key."""
+    import sys
+
+    boto3 = pytest.importorskip("boto3", reason="the S3 test needs moto[server] (pip install -e .[test])")
+    port = free_port()
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _wait_port(port, proc, 30.0)
+        endpoint = f"http://127.0.0.1:{port}"
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="AKIDSETUP",
+                           aws_secret_access_key="setup")
+        iam.create_user(UserName="backup")
+        iam.put_user_policy(UserName="backup", PolicyName="s3", PolicyDocument=(
+            '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}'))
+        key = iam.create_access_key(UserName="backup")["AccessKey"]
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="eu-central-1",
+                          aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"])
+        s3.create_bucket(Bucket="vault", CreateBucketConfiguration={"LocationConstraint": "eu-central-1"})
+        creds = tmp_path / "s3-credentials"
+        creds.write_text(f"[default]\naws_access_key_id = {key['AccessKeyId']}\n"
+                         f"aws_secret_access_key = {key['SecretAccessKey']}\n")
+        yield {"endpoint": endpoint, "client": s3, "credentials": creds, "key_id": key["AccessKeyId"]}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_archives_are_copied_to_an_s3_bucket_and_pruned_there(capsys, tmp_path, s3_server):
+    import asyncio
+
+    machine, _ = seeded_machine(tmp_path)
+    _, recipient = new_key(tmp_path)
+    add_backup_keys(machine, f"encrypt_to: [{recipient}]\ncopy_to: ['s3://vault/llmgw/cp1']\n"
+                             f"s3_endpoint: {s3_server['endpoint']}\ns3_region: eu-central-1\n"
+                             f"s3_credentials_file: {s3_server['credentials']}")
+    machine.config_path.write_text(machine.config_path.read_text().replace("keep: 7", "keep: 2"))
+    capsys.readouterr()
+    code, out, err = run(capsys, "server", "backup", "--config", str(machine.config_path))
+    assert code == 0, err
+    archive = Path(out.splitlines()[0])
+    assert "  copied   s3://vault/llmgw/cp1" in out.splitlines()
+    s3 = s3_server["client"]
+    stored = s3.get_object(Bucket="vault", Key=f"llmgw/cp1/{archive.name}")["Body"].read()
+    assert stored == archive.read_bytes()
+    sidecar = s3.get_object(Bucket="vault", Key=f"llmgw/cp1/{archive.name}.sha256")["Body"].read().decode()
+    assert sidecar == (archive.parent / (archive.name + ".sha256")).read_text()
+
+    config = machine.config()
+    clock = ticking(dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
+    made = [asyncio.run(make_backup(config, config_path=str(machine.config_path), clock=clock)) for _ in range(2)]
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="vault", Prefix="llmgw/cp1/")["Contents"])
+    assert keys == sorted(f"llmgw/cp1/{m.name}{ext}" for m in made for ext in ("", ".sha256"))
+
+
+@pytest.mark.slow
+def test_wrong_s3_credentials_fail_the_copy_in_the_stores_words(capsys, tmp_path, s3_server):
+    machine, _ = seeded_machine(tmp_path)
+    wrong = tmp_path / "wrong-credentials"
+    wrong.write_text(f"[default]\naws_access_key_id = {s3_server['key_id']}\naws_secret_access_key = not-the-key\n")
+    add_backup_keys(machine, f"copy_to: ['s3://vault/llmgw']\ns3_endpoint: {s3_server['endpoint']}\n"
+                             f"s3_credentials_file: {wrong}")
+    capsys.readouterr()
+    code, out, err = run(capsys, "server", "backup", "--config", str(machine.config_path))
+    assert code == 1 and out == ""
+    assert "backup.copy_to[0] s3://vault/llmgw: s3://vault/llmgw/llmgw-backup-" in err
+    assert "was not stored (HTTP 403 SignatureDoesNotMatch" in err
+    assert "not-the-key" not in err

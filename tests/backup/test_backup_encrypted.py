@@ -180,6 +180,7 @@ def test_keygen_makes_a_key_that_opens_what_its_recipient_seals(capsys, tmp_path
     ("encrypt_to: [hunter2]", "backup.encrypt_to[0]", "is not an age recipient"),
     ("copy_to: [backups/elsewhere]", "backup.copy_to[0]", "give an absolute path"),
     ("copy_to: ['ftp://host/x']", "backup.copy_to[0]", "ftp:// is not a kind of destination"),
+    ("copy_to: ['s3://vault/llmgw']", "backup.s3_endpoint", "copy_to names s3://vault/llmgw; set backup.s3_endpoint"),
     ("schedule: sometimes", "backup.schedule", "neither an interval"),
     ("schedule: 1m", "backup.schedule", "shorter than 5 minutes"),
 ])

@@ -171,7 +171,7 @@ def test_doctor_warns_of_backups_in_clear_on_this_disk_only(tmp_path, capsys):
                  "TLS private keys in clear; set backup.encrypt_to (llmgw server backup keygen makes a key) or "
                  "backup.passphrase_file"),
         ("warn", "backups stay on this machine's disk, lost with it: set backup.copy_to (a folder on another disk, "
-                 "or ssh://user@host/path)"),
+                 "ssh://user@host/path or s3://bucket/prefix)"),
         ("warn", "no backup.schedule: backups are made only when asked (llmgw server backup, ctl backup, or a "
                  "timer of your own)")]
     token = (tmp_path / "cp1" / "var" / "lib" / "llmgw" / "admin-token").read_text().strip()
