@@ -136,10 +136,10 @@ class Cluster:
 
     def stop(self) -> None:
         for name, proc in self.procs.items():
-            if proc.poll() is None and name != "etcd":
+            if proc.poll() is None and name in MEMBERS:
                 os.killpg(proc.pid, signal.SIGTERM)  # Patroni stops its PostgreSQL
         for name, proc in self.procs.items():
-            if name != "etcd":
+            if name in MEMBERS:
                 try:
                     proc.wait(20)
                 except subprocess.TimeoutExpired:
@@ -151,8 +151,9 @@ class Cluster:
                     os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
                 except (ProcessLookupError, ValueError):
                     pass
-        if "etcd" in self.procs and self.procs["etcd"].poll() is None:
-            os.killpg(self.procs["etcd"].pid, signal.SIGKILL)
+        for name, proc in self.procs.items():
+            if name not in MEMBERS and proc.poll() is None:  # etcd, last: Patroni needed it to stop cleanly
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def logs(self) -> str:
         return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.base.glob("*.log"))
@@ -430,3 +431,40 @@ async def test_a_switchover_and_a_failover_under_load_lose_no_usage_row(cluster,
     assert answered > 100, report
     assert after.startswith("ok: ") and f"replica {other}" in after, after
     assert alone.startswith("warn: ") and "names 2 members but the primary sees 0 standby(s)" in alone, alone
+
+
+def test_three_etcd_members_elect_a_leader_over_peer_tls(cluster):
+    """The three votes of docs/store.md's setup: each etcd member's peer port takes only a certificate of the CA,
+    and the three find a majority with them."""
+    init_ca(cluster.base / "ca")
+    ports = {f"e{i}": (free_port(), free_port()) for i in (1, 2, 3)}
+    voters = ",".join(f"{name}=127.0.0.1:{c}:{p}" for name, (c, p) in ports.items())
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgw", "server", "init", "--patroni", "--members",
+         f"pg1=127.0.0.1:{free_port()}:{free_port()},pg2=127.0.0.1:{free_port()}:{free_port()}", "--etcd", voters,
+         "--out", str(cluster.out), "--ca", str(cluster.base / "ca"), "--etcd-config-dir", f"{cluster.out}/{{member}}/etcd",
+         "--etcd-data-dir", f"{cluster.base}/data/{{member}}"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (cluster.base / "data").mkdir()
+    if cluster.as_postgres:
+        account = pwd.getpwnam("postgres")
+        for path in [cluster.base, *cluster.base.rglob("*")]:
+            os.chown(path, account.pw_uid, account.pw_gid)
+    for name in ports:
+        cluster._start(name, ["etcd"], env_file(cluster.out / name / "etcd" / "etcd.env"))
+    tls = cluster.out / "e1" / "etcd" / "tls"
+    context = ssl.create_default_context(cafile=str(tls / "ca.pem"))
+    context.load_cert_chain(str(tls / "member.pem"), str(tls / "member-key.pem"))
+
+    def healthy(name: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{ports[name][0]}/health", timeout=3, context=context) as r:
+                return json.loads(r.read())["health"] == "true"
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    for name in ports:
+        wait_for(lambda: healthy(name), 60, f"{name} healthy (a leader elected)", cluster.logs)
+    plain = ssl.create_default_context(cafile=str(tls / "ca.pem"))
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        urllib.request.urlopen(f"https://127.0.0.1:{ports['e2'][1]}/members", timeout=5, context=plain)
