@@ -137,3 +137,20 @@ def test_the_members_an_address_names_are_counted():
 
     assert address_members("postgresql://llmgw:p@10.0.0.149:5432,10.0.0.150:5432,[::1]:5432/llmgw?sslmode=verify-full") == 3
     assert address_members("postgres://llmgw:***@db1/llmgw") == 1
+
+
+def test_three_members_hold_the_votes_themselves_and_clients_can_be_named(tmp_path, ca, bins):
+    members = "db1=10.0.0.1,db2=10.0.0.2,db3=10.0.0.3"
+    assert init(tmp_path, ca, bins, "--clients", "10.0.9.0/24", members=members, etcd=None) == 0
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["db1", "db2", "db3", "store-dsn"]
+    for name in ("db1", "db2", "db3"):  # each holds a vote: no other machine needed
+        etcd = (out / name / "etcd" / "etcd.env").read_text()
+        assert ("ETCD_INITIAL_CLUSTER=db1=https://10.0.0.1:2380,db2=https://10.0.0.2:2380,db3=https://10.0.0.3:2380"
+                in etcd)
+    hba = yaml.safe_load((out / "db1/patroni/patroni.yml").read_text())["postgresql"]["pg_hba"]
+    assert [line for line in hba if line.startswith("hostssl llmgw")] == ["hostssl llmgw llmgw 10.0.9.0/24 scram-sha-256"]
+    assert "@10.0.0.1:5432,10.0.0.2:5432,10.0.0.3:5432/llmgw?" in (out / "store-dsn").read_text()
+    script = (out / "db1/install.sh").read_text()
+    assert "systemctl mask etcd.service patroni.service" in script  # Debian's own units would run a second copy
+    assert "pg_lsclusters" in script and "pg_dropcluster --stop VERSION main" in script
