@@ -119,6 +119,9 @@ class Reconciler(AgentEvents, EngineProvisioning):
         #: slo: model name -> whether it answers slower than its slo.ttft_p99 (the gateway's
         #: llmgw.router.slo.SloWatch.over, set by llmgw.control.wiring); a reason to add a replica
         self.slo_pressure: Callable[[str], bool] | None = None
+        #: replica id -> when (our clock) a standby's gateway last sent it a request (llmgw.control.replica_view),
+        #: so a replica served through the standbys only is not stopped as idle
+        self.used_elsewhere: dict[str, float] = {}
         self.engines = engines
         self.clock = clock
         self.wall_clock = wall_clock
@@ -551,7 +554,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
     def _last_used(self, rec: ReplicaRecord, now: float) -> float:
         if rec.state != "ready":
             return now  # a replica still starting was wanted a moment ago
-        used = rec.ready_at or rec.created
+        used = max(rec.ready_at or rec.created, self.used_elsewhere.get(rec.id, 0.0))
         replica = self.replicas.get(rec.id)
         if replica is not None:
             if replica.in_flight > 0:

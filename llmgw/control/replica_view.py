@@ -24,6 +24,11 @@ can take) the standby drops the copied replicas and refuses requests for
 them with a 503 that says why, rather than send them to replicas that may
 be gone: its store is away, or no leader has confirmed the set that long.
 
+A standby also reports, under its own row (`use:` and a hash of its name),
+the copied replicas it sent requests to since its last report, and the
+leader counts that use as its own when it decides which replicas are idle:
+a replica that only the standbys' clients use is not stopped as unused.
+
 A standby that takes the lease keeps the copied replicas while its
 reconciler adopts them from the agents that register with it (the same ids:
 the adoption replaces each in place), and drops those still not adopted
@@ -54,6 +59,29 @@ EVERY = 1.0
 STORE_TIMEOUT = 3.0
 #: Sources of the replicas a view carries: the leader's own, and (during a take-over) those it copied.
 CARRIED = ("control", "view")
+#: The rows standbys report the use of the leader's replicas under: this, and a hash of the standby's name.
+USE_PREFIX = "use:"
+
+UsedElsewhere = Callable[[str, float], None]  # (replica id, when on our clock it was last sent a request)
+
+
+def use_row_name(holder: str) -> str:
+    import hashlib
+
+    return USE_PREFIX + hashlib.sha256(holder.encode("utf-8")).hexdigest()[:24]
+
+
+def feed_reconciler(reconciler) -> UsedElsewhere:
+    """What the leader calls with the standbys' use of its replicas: the reconciler's idle reckoning counts it."""
+
+    def used(replica_id: str, at: float) -> None:
+        known = reconciler.records
+        if replica_id in known:
+            reconciler.used_elsewhere[replica_id] = max(reconciler.used_elsewhere.get(replica_id, 0.0), at)
+        for gone in [k for k in reconciler.used_elsewhere if k not in known]:
+            del reconciler.used_elsewhere[gone]
+
+    return used
 
 
 def encode(replicas: ReplicaSet) -> str:
@@ -92,6 +120,7 @@ class ReplicaView:
 
     def __init__(self, store, replicas: ReplicaSet, leadership, keys, *, max_age: float,
                  adopt_grace: float, every: float = EVERY, name: str = VIEW_NAME,
+                 used_elsewhere: UsedElsewhere | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.replicas = replicas
@@ -111,6 +140,10 @@ class ReplicaView:
         self._written = ""  # the body last written (leader)
         self._led_since: float | None = None  # our clock when we took the lease (adopting copied replicas)
         self._entries: list[dict[str, Any]] = []  # the view as last read (standby)
+        self.used_elsewhere = used_elsewhere  # the leader: told of the standbys' use of its replicas
+        self._reported_at = 0.0  # the router's clock at the standby's last report of use
+        self._reports = 0
+        self._use_seen: dict[str, int] = {}  # the leader: each standby's report, by the version last read
         self._task: asyncio.Task | None = None
 
     # ---------------------------------------------------------------- reading
@@ -171,12 +204,15 @@ class ReplicaView:
                 self._set_stale(False, "")
             self._drop_unadopted()
             await self._publish()
+            await self._gather_use()
         else:
             if self._led_since is not None:  # we led and no longer do: read the new leader's view from scratch
                 self._led_since = None
                 self.version = None
                 self._fresh_at = None
             await self._follow()
+            if not self.stale:
+                await self._report_use()
 
     # ---------------------------------------------------------------- leader
 
@@ -199,6 +235,54 @@ class ReplicaView:
             self._error("the replica view was not written: a leader of a newer epoch holds it")
             return
         self._written, self.version, self.holder, self.last_error = body, version, holder, ""
+
+    async def _gather_use(self) -> None:
+        """Read the standbys' reports written since the last step; each entry says how long ago a replica was
+        last sent a request there (a report first seen is only noted: its age is not known here)."""
+        if self.used_elsewhere is None:
+            return
+        try:
+            async with asyncio.timeout(STORE_TIMEOUT):
+                rows = await self.store.list_replica_views(USE_PREFIX)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - only idle reckoning waits for the next step
+            self._error(f"the standbys' use of the replicas was not read: {exc or type(exc).__name__}")
+            return
+        now = self.clock()
+        for row in rows:
+            seen = self._use_seen.get(row.name)
+            self._use_seen[row.name] = row.version
+            if seen is None or seen == row.version or row.body is None:
+                continue
+            try:
+                entries = json.loads(row.body).get("replicas", {})
+                for rid, e in entries.items():
+                    at = now if e.get("in_flight") else now - max(0.0, float(e.get("ago", 0.0)))
+                    self.used_elsewhere(str(rid), at)
+            except (ValueError, AttributeError, TypeError) as exc:
+                self._error(f"a standby's report of use cannot be read ({row.holder}): {exc}")
+
+    async def _report_use(self) -> None:
+        """Tell the leader which copied replicas this standby sent requests to since its last report."""
+        now = time.monotonic()  # the router's clock: Replica.last_chosen
+        used = {r.id: {"ago": round(max(0.0, now - r.last_chosen), 3), "in_flight": r.in_flight}
+                for r in self.replicas
+                if r.source == "view" and (r.in_flight > 0 or r.last_chosen > self._reported_at)}
+        if not used:
+            return
+        self._reports += 1  # so each report is a new version, even one that reads like the last
+        body = json.dumps({"replicas": used, "report": self._reports}, sort_keys=True, separators=(",", ":"))
+        holder = self.leadership.holder
+        try:
+            async with asyncio.timeout(STORE_TIMEOUT):
+                await self.store.publish_replica_view(use_row_name(holder), holder, 1, body)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the next step reports again
+            self._error(f"this standby's use of the replicas was not reported: {exc or type(exc).__name__}")
+            return
+        self._reported_at = now
 
     def _drop_unadopted(self) -> None:
         """After a take-over, copied replicas the reconciler has not adopted by `adopt_grace` are dropped."""
@@ -330,4 +414,5 @@ class ReplicaViewCollector:
             yield family
 
 
-__all__ = ["EVERY", "VIEW_NAME", "ReplicaView", "ReplicaViewCollector", "decode", "encode"]
+__all__ = ["EVERY", "USE_PREFIX", "VIEW_NAME", "ReplicaView", "ReplicaViewCollector", "decode", "encode",
+           "feed_reconciler", "use_row_name"]

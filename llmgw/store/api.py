@@ -455,6 +455,10 @@ class Store(abc.ABC):
     async def get_replica_view(self, name: str, *, unless_version: int | None = None) -> ReplicaView | None:
         """The view as last written (None: never); its body left out when its version is ``unless_version``."""
 
+    @abc.abstractmethod
+    async def list_replica_views(self, prefix: str) -> list[ReplicaView]:
+        """Every view whose name starts with ``prefix``, by name (the standbys' reports of use)."""
+
     # ---- the run-time catalog ----------------------------------------------
 
     @abc.abstractmethod

@@ -492,8 +492,19 @@ class SQLOps(SQLStoreBase):
                 " changed_at, confirmed_at FROM replica_views WHERE name = ?", known, name)
 
         r = await self._read(work)
-        if r is None:
-            return None
+        return None if r is None else self._replica_view(r)
+
+    async def list_replica_views(self, prefix: str) -> list[ReplicaView]:
+        prefix = v.check_text(prefix, "view name prefix", max_len=v.MAX_NAME)
+
+        async def work(tx: Tx) -> list[Any]:
+            rows = await tx.fetch("SELECT name, holder, epoch, version, body, changed_at, confirmed_at"
+                                  " FROM replica_views WHERE substr(name, 1, ?) = ? ORDER BY name", len(prefix), prefix)
+            return list(rows)
+
+        return [self._replica_view(r) for r in await self._read(work)]
+
+    def _replica_view(self, r: Any) -> ReplicaView:
         return ReplicaView(name=r["name"], holder=r["holder"], epoch=int(r["epoch"]), version=int(r["version"]),
                            body=r["body"], changed_at=self._dt(r["changed_at"]),
                            confirmed_at=self._dt(r["confirmed_at"]))

@@ -3,6 +3,7 @@ a copy too old is refused in words, and a standby that takes over keeps serving 
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -153,3 +154,72 @@ async def test_a_standby_that_takes_over_keeps_what_it_copied_until_adopted(pair
 
     # The former leader cannot overwrite the new leader's view with its older epoch.
     assert await leader.store.publish_replica_view("control-plane", "cp-1", 1, '{"replicas":[]}') is None
+
+
+async def test_a_replica_used_only_through_a_standby_is_not_stopped_as_idle(tmp_path):
+    import time
+
+    from llmgw.control.replica_view import feed_reconciler
+
+    from .conftest import Harness, model, register
+
+    h = Harness([model("lazy", scaling={"min": 0, "max": 1, "on_demand": True, "idle_timeout": "60s"})])
+    h.connect(register("node-a"))
+    waiting = asyncio.create_task(h.rec.ensure_started("lazy", timeout=5))
+    await asyncio.sleep(0)
+    await h.tick()
+    [(_, start)] = h.agents.starts()
+    h.status("node-a", start.shard_id, "ready", port=h.port_for(start))
+    await asyncio.wait_for(waiting, 1)
+
+    s1 = await open_store(f"sqlite:///{tmp_path}/s.db")
+    s2 = await open_store(f"sqlite:///{tmp_path}/s.db")
+    try:
+        one, two = Leadership(s1, "cp-1", TTL), Leadership(s2, "cp-2", TTL)
+        assert await one.step() and not await two.step()
+        leader = ReplicaView(s1, h.replicas, one, h.keys, max_age=2 * TTL, adopt_grace=15,
+                             used_elsewhere=feed_reconciler(h.rec), clock=h.clock)
+        standby = ReplicaView(s2, ReplicaSet(), two, h.keys, max_age=2 * TTL, adopt_grace=15)
+        await leader.step()
+        await standby.step()
+        copied = standby.replicas.get(start.shard_id)
+        assert copied is not None
+
+        async def standby_client_request() -> None:
+            copied.last_chosen = time.monotonic()  # the standby's router chose it for a client
+            await standby.step()  # its report of use
+            await leader.step()  # read by the leader
+
+        await standby_client_request()  # the first report the leader sees is only noted
+        await h.tick(50)
+        await standby_client_request()
+        await h.tick(50)  # 100 s since the leader's own router last chose it: idle but for the standby
+        assert h.agents.stops() == []
+        assert h.rec.used_elsewhere == {start.shard_id: pytest.approx(h.clock.now - 50, abs=1)}
+        await h.tick(61)  # the standby's clients went away too
+        [(_, stop)] = h.agents.stops()
+        assert stop.shard_id == start.shard_id
+    finally:
+        await s1.close()
+        await s2.close()
+
+
+async def test_the_store_keeps_views_by_version_and_epoch(store_dsn):
+    store = await open_store(store_dsn)
+    try:
+        assert await store.get_replica_view("control-plane") is None
+        assert await store.publish_replica_view("control-plane", "cp-1", 1, '{"replicas":[]}') == 1
+        assert await store.publish_replica_view("control-plane", "cp-1", 1, '{"replicas":[]}') == 1  # same set
+        assert await store.publish_replica_view("control-plane", "cp-1", 1, '{"replicas":[1]}') == 2
+        assert await store.confirm_replica_view("control-plane", "cp-1", 1)
+        assert not await store.confirm_replica_view("control-plane", "cp-2", 1)
+        row = await store.get_replica_view("control-plane", unless_version=2)
+        assert (row.version, row.body, row.holder) == (2, None, "cp-1")
+        assert (await store.get_replica_view("control-plane", unless_version=1)).body == '{"replicas":[1]}'
+        assert await store.publish_replica_view("control-plane", "cp-2", 2, '{"replicas":[1]}') == 3
+        assert await store.publish_replica_view("control-plane", "cp-1", 1, "{}") is None  # an older epoch
+        await store.publish_replica_view("use:b", "cp-b", 1, '{"replicas":{}}')
+        await store.publish_replica_view("use:a", "cp-a", 1, '{"replicas":{}}')
+        assert [r.name for r in await store.list_replica_views("use:")] == ["use:a", "use:b"]
+    finally:
+        await store.close()
