@@ -20,6 +20,7 @@ so concurrent requests on the event loop cannot overshoot a limit.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from collections.abc import Callable
 
@@ -256,5 +257,10 @@ def make_accountant(config, store: Store) -> Accountant:
     """The accountant ``llmgw server`` uses (it looks this factory up by name); its usage journal is in
     the server's state folder (beside a SQLite store)."""
     from llmgw.store.state_dir import state_dir_of
+    from llmgw.server.workers import worker_index
 
-    return Accountant(config, store, journal_dir=state_dir_of(store))
+    journal_dir = state_dir_of(store)
+    if journal_dir and worker_index():  # workers: each its own journal (worker-I/), replayed when it starts again
+        journal_dir = os.path.join(journal_dir, f"worker-{worker_index()}")
+        os.makedirs(journal_dir, exist_ok=True)
+    return Accountant(config, store, journal_dir=journal_dir)

@@ -282,6 +282,10 @@ class SharedLimits:
         reason = f"the limits store {self.address} is unreachable: {type(exc).__name__}"
         if self.up:
             self.up = False
+            # the pooled connections are to a Redis that is gone: new ones when it is back
+            task = asyncio.ensure_future(self.client.connection_pool.disconnect())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
             self._down_since = self._tried_at
             self.down_reason = reason
             what = "refusing requests" if self.on_store_down == "refuse" else "counting limits in this process alone"
@@ -318,7 +322,12 @@ class SharedLimits:
             keys.append(_bucket_key(rule))
             args += [rule.limit, 1 if rule.what == "rpm" else tokens]
         try:
-            answer = await self._admit(keys=keys, args=args)
+            try:
+                answer = await self._admit(keys=keys, args=args)
+            except Exception as exc:  # noqa: BLE001 - a pooled connection to a Redis since restarted: once more
+                if not _is_outage(exc) or not self.up:
+                    raise
+                answer = await self._admit(keys=keys, args=args)
         except Exception as exc:  # noqa: BLE001 - any failure to reach or run on the Redis is an outage
             if not _is_outage(exc):
                 raise

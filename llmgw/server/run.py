@@ -29,6 +29,7 @@ from llmgw.server.app import (
     make_metrics_app,
     watch_cluster_settings,
 )
+from llmgw.router.gateway import GATEWAY
 from llmgw.server.limits import ClientRunner
 from llmgw.store import Store, open_store
 
@@ -86,20 +87,32 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
     # ---- notifications (llmgw.notify): events that need a person, sent to notify.sinks; before the control plane
     from llmgw.notify.wiring import install_notifier
     install_notifier(app, config)
+    # ---- workers (llmgw.server.workers): a worker past the first serves the client API only, fed by worker 0
+    from llmgw.server.workers import worker_index
+    worker = worker_index()
     # ---- the control plane (issue 4): scheduler, agent port, GET /leader, admin API on admin_listen
     from llmgw.control.wiring import attach_control_plane
-    attach_control_plane(app, config, config_path=config_path)
+    if not worker:
+        attach_control_plane(app, config, config_path=config_path)
     # ---- end of the control plane
     # router.clients: header and idle timeouts, connection caps (llmgw.server.limits)
     runner = ClientRunner(app, config.router.clients, handler_cancellation=True, shutdown_timeout=drain_seconds,
                           access_log=None)
     metrics_runner: web.AppRunner | None = None
+    pool = None  # workers: worker 0's other workers
     try:
         await runner.setup()  # the key resolver, the accountant and the rest (cleanup context)
+        if worker:  # workers: worker 0's replicas and models before the first client
+            from llmgw.server.workers import start_following
+            await start_following(app, stop)
         host, port = split_address(config.listen)
-        await web.TCPSite(runner, _host(host), port, backlog=2048).start()
-        logs.event(log, "client API listening", address=config.listen)
-        if config.metrics_listen:
+        await web.TCPSite(runner, _host(host), port, backlog=2048, reuse_port=config.workers > 1 or None).start()
+        logs.event(log, "client API listening", address=config.listen, worker=worker)
+        if config.workers > 1 and not worker:
+            from llmgw.server.workers import WorkerPool
+            pool = WorkerPool(app[GATEWAY], count=config.workers, config_path=config_path, drain_seconds=drain_seconds)
+            await pool.start()
+        if config.metrics_listen and not worker:
             metrics_runner = web.AppRunner(make_metrics_app(app[METRICS]), access_log=None, shutdown_timeout=2)
             await metrics_runner.setup()
             m_host, m_port = split_address(config.metrics_listen)
@@ -110,7 +123,10 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
-        await runner.cleanup()
+        if pool is not None:  # workers: theirs drain while this one's do
+            await asyncio.gather(pool.stop(), runner.cleanup())
+        else:
+            await runner.cleanup()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
     logs.event(log, "stopped", logging.INFO)

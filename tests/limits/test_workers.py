@@ -1,0 +1,183 @@
+"""Real `llmgw server` processes sharing one real Redis (limits.store): two gateways on one store, and one server
+with `workers: 2` on one port; clients through the official openai SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import openai
+import pytest
+
+from llmgw.auth.tenancy import Tenancy
+from llmgw.store import open_store
+
+from .conftest import free_port
+
+pytestmark = pytest.mark.slow
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture
+def sim():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llmgw", "sim-engine", "--port", str(port), "--model", "m",
+                             "--tpot", "0.001"], stdout=subprocess.PIPE, env=ENV)
+    assert b"listening on" in proc.stdout.readline()
+    yield port
+    proc.kill()
+    proc.wait(10)
+
+
+def write_config(tmp_path, name: str, port: int, sim_port: int, redis_url: str, **extra) -> str:
+    path = tmp_path / f"{name}.yaml"
+    lines = "".join(f"{k}: {v}\n" for k, v in extra.items())
+    path.write_text(textwrap.dedent(f"""\
+        listen: 127.0.0.1:{port}
+        metrics_listen: ""
+        admin_listen: 127.0.0.1:{free_port()}
+        agent_listen: 127.0.0.1:{free_port()}
+        store: {{dsn: {tmp_path / "llmgw.db"}}}
+        control: {{enabled: false}}
+        limits: {{store: "{redis_url}", on_store_down: refuse}}
+        prices: {{default: {{input: 1, output: 1}}}}
+        accounting: {{flush_interval: 200ms}}
+        models:
+          - name: m
+            endpoints: [{{url: "http://127.0.0.1:{sim_port}/v1"}}]
+        """) + lines)
+    return str(path)
+
+
+async def make_key(tmp_path, **limits) -> str:
+    store = await open_store(str(tmp_path / "llmgw.db"))
+    try:
+        t = Tenancy(store, actor="tester")
+        await t.create("acme")
+        await t.create("acme/app", project=True)
+        issued = await t.create_key(project="acme/app")
+        await t.set_limits(await t.scope("acme/app"), **limits)
+        return issued.secret
+    finally:
+        await store.close()
+
+
+def start(config: str) -> subprocess.Popen:
+    """`llmgw server`, its log in LOG beside its configuration (a pipe nobody reads would fill and stop it)."""
+    log = open(config + ".log", "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([sys.executable, "-m", "llmgw", "server", "--config", config], env=ENV,
+                            stderr=log, stdout=log)
+
+
+async def ready(port: int, secret: str, within: float = 60) -> None:
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=secret, max_retries=0)
+    deadline = time.monotonic() + within
+    try:
+        while time.monotonic() < deadline:
+            try:
+                await client.models.list()
+                return
+            except openai.APIConnectionError:
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"no gateway on port {port} within {within} s")
+    finally:
+        await client.close()
+
+
+async def ask(port: int, secret: str, n: int, max_tokens: int = 2) -> list:
+    """n requests at once, each on a connection of its own; each answer or the error it raised."""
+
+    async def one():
+        async with openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=secret,
+                                      max_retries=0) as client:
+            try:
+                return await client.chat.completions.create(model="m", messages=HELLO, max_tokens=max_tokens)
+            except openai.APIStatusError as exc:
+                return exc
+
+    return await asyncio.gather(*(one() for _ in range(n)))
+
+
+def stop(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(40)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def test_two_gateways_share_an_rpm_of_60_and_a_budget(tmp_path, redis_server, sim):
+    secret = asyncio.run(make_key(tmp_path, rpm=60))
+    ports = [free_port(), free_port()]
+    procs = [start(write_config(tmp_path, f"g{i}", port, sim, redis_server.url)) for i, port in enumerate(ports)]
+    try:
+        for port in ports:
+            asyncio.run(ready(port, secret))
+
+        async def both():
+            return [r for rs in await asyncio.gather(*(ask(port, secret, 50) for port in ports)) for r in rs]
+
+        answers = asyncio.run(both())
+        ok = [a for a in answers if not isinstance(a, Exception)]
+        refused = [a for a in answers if isinstance(a, openai.RateLimitError)]
+        assert len(ok) == 60 and len(refused) == 40, [type(a).__name__ for a in answers]
+        assert all(float(r.response.headers["retry-after"]) >= 1 for r in refused)
+        assert "limit of 60 requests a minute" in refused[0].message
+        # Redis killed: refuse answers 503 in words; back, both gateways count in it again
+        redis_server.kill()
+        down = asyncio.run(ask(ports[0], secret, 3)) + asyncio.run(ask(ports[1], secret, 3))
+        assert all(isinstance(a, openai.InternalServerError) and a.status_code == 503 for a in down), down
+        assert "cannot count this request against its limits" in down[0].message
+        redis_server.start()
+        time.sleep(1.2)
+        again = asyncio.run(both())
+        assert sum(not isinstance(a, Exception) for a in again) == 60, [getattr(a, "message", "ok") for a in again][:8]
+    finally:
+        stop(*procs)
+
+
+def test_two_workers_on_one_port_share_a_budget_and_a_killed_one_is_started_again(tmp_path, redis_server, sim):
+    # every request's worst case: its prompt estimate (about 20 tokens) + 100 max tokens at 1 micro-dollar each;
+    # the budget holds 5 of them, and each served one costs far less (a few tokens)
+    secret = asyncio.run(make_key(tmp_path, budget_micros=600, budget_period="day", rpm=1000))
+    port = free_port()
+    config = write_config(tmp_path, "w", port, sim, redis_server.url, workers=2)
+    server = start(config)
+    try:
+        asyncio.run(ready(port, secret))
+        time.sleep(1.0)  # the second worker listening too
+        children = _children(server.pid)
+        assert len(children) == 1, children
+        answers = asyncio.run(ask(port, secret, 50, max_tokens=100))
+        ok = [a for a in answers if not isinstance(a, Exception)]
+        refused = [a for a in answers if isinstance(a, openai.RateLimitError)]
+        assert 1 <= len(ok) <= 5 and len(ok) + len(refused) == 50, [type(a).__name__ for a in answers]
+        assert "budget" in refused[0].message
+        os.kill(children[0], signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (not _children(server.pid) or _children(server.pid) == children):
+            time.sleep(0.2)
+        restarted = _children(server.pid)
+        assert restarted and restarted != children, "the killed worker was not started again"
+        time.sleep(2.0)
+        answers = asyncio.run(ask(port, secret, 20, max_tokens=1))
+        assert not [a for a in answers if isinstance(a, openai.APIConnectionError)]
+    finally:
+        stop(server)
+    assert server.returncode == 0
+    log = open(config + ".log").read()
+    assert "worker exited; starting it again" in log and log.count("worker started") == 2
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return sorted(int(x) for x in out.split())
