@@ -73,7 +73,8 @@ def record_holdings(rec: Any, model_class: str, owner: str, spare: bool) -> list
 
 class _RoundBook(PowerBook):
     """A power book kept for a whole round: each domain's use worked out once and again only when something
-    is placed in it, each node's need for a profile's shape worked out once."""
+    is placed in it, each node's need for a profile's shape worked out once, and the nodes a budget keeps a
+    model's shapes off worked out again only for the domains something was placed in since."""
 
     def __init__(self, config: FacilityConfig, nodes: list[Node], holdings: Iterable[Holding]) -> None:
         holdings = list(holdings)
@@ -85,6 +86,9 @@ class _RoundBook(PowerBook):
                 self._placed[h.node] = self._placed.get(h.node, 0.0) + replica_watts(node, h.gpus, h.cores, config)
         self._uses: dict[str, DomainUse] = {}
         self._needs: dict[tuple[str, int, int], float] = {}
+        self._placed_in: dict[str, int] = {}  #: budgeted domain -> replicas held in it during the round
+        #: the profiles' (cards, cores) -> (node -> why a budget keeps them off, each domain's count when judged)
+        self._kept: dict[tuple, tuple[dict[str, str], dict[str, int]]] = {}
 
     def use(self, domain: str) -> DomainUse:
         found = self._uses.get(domain)
@@ -93,16 +97,32 @@ class _RoundBook(PowerBook):
         return found
 
     def kept_out(self, model: Any) -> dict[str, str]:
-        out = {}
-        shapes = [(p.gpus, p.cores) for p in model.profiles]
-        for node_id, node in self.nodes.items():
-            if not self.domains.get(node_id):
-                continue
-            needs = [self._need(node, gpus, cores) for gpus, cores in shapes] or [0.0]
-            why = self.refusal(node_id, min(needs))
-            if why is not None:
-                out[node_id] = why
+        """As PowerBook's (the answer is the round's own: read it, do not change it)."""
+        shapes = tuple((p.gpus, p.cores) for p in model.profiles)
+        kept = self._kept.get(shapes)
+        if kept is None:
+            out: dict[str, str] = {}
+            for node_id in self.nodes:
+                if self.domains.get(node_id):
+                    self._judge(node_id, shapes, out)
+            self._kept[shapes] = (out, dict(self._placed_in))
+            return out
+        out, seen = kept
+        changed = [d for d, n in self._placed_in.items() if seen.get(d) != n]
+        if changed:
+            for node_id in {node_id for d in changed for node_id in self.members.get(d, ())}:
+                out.pop(node_id, None)
+                self._judge(node_id, shapes, out)
+            for d in changed:
+                seen[d] = self._placed_in[d]
         return out
+
+    def _judge(self, node_id: str, shapes: tuple, out: dict[str, str]) -> None:
+        node = self.nodes[node_id]
+        needs = [self._need(node, gpus, cores) for gpus, cores in shapes] or [0.0]
+        why = self.refusal(node_id, min(needs))
+        if why is not None:
+            out[node_id] = why
 
     def _need(self, node: Node, gpus: int, cores: int) -> float:
         key = (node.id, gpus, cores)
@@ -122,6 +142,7 @@ class _RoundBook(PowerBook):
         self.node_draw[h.node] = self.config.node_watts + max(self._placed[h.node], self.node_measured[h.node])
         for domain in self.domains.get(h.node, ()):
             self._uses.pop(domain, None)
+            self._placed_in[domain] = self._placed_in.get(domain, 0) + 1
 
 
 class PlacementRound:
