@@ -249,3 +249,28 @@ def test_an_ssh_recipient_is_opened_with_its_ssh_private_key(tmp_path, capsys):
                          "--identity", str(tmp_path / "ops_key"), "--yes")
     assert code == 0, err
     check(fresh.store_dsn, seeded)
+
+
+def test_an_archive_that_does_not_read_back_fails_the_backup_and_is_removed(tmp_path, capsys, monkeypatch):
+    """A disk that changes what was written (here: one byte flipped once the archive is on it)."""
+    import llmgw.backup.archive as archive_module
+
+    machine, _ = seeded_machine(tmp_path)
+    _, recipient = new_key(tmp_path)
+    add_backup_keys(machine, f"encrypt_to: [{recipient}]")
+    written = archive_module.write_archive
+
+    def write_then_rot(*args, **kwargs):
+        path, size, digest, opener = written(*args, **kwargs)
+        raw = bytearray(Path(path).read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        Path(path).write_bytes(bytes(raw))
+        return path, size, digest, opener
+
+    monkeypatch.setattr("llmgw.backup.make.write_archive", write_then_rot)
+    capsys.readouterr()
+    code, out, err = run(capsys, "server", "backup", "--config", str(machine.config_path))
+    assert code == 1 and out == ""
+    assert err.startswith("llmgw server backup: the archive just written did not read back whole (")
+    assert err.strip().endswith("; it was removed. Check the disk of the backup folder")
+    assert not list((machine.db.parent / "backups").glob("llmgw-backup-*"))

@@ -124,3 +124,19 @@ def test_a_missing_pg_dump_says_what_to_install(monkeypatch):
     monkeypatch.setattr(pg, "PG_GLOB", "/nonexistent/*/bin")
     with pytest.raises(BackupError, match=r"pg_dump is not installed .* apt-get install postgresql-client"):
         pg.find_tool("pg_dump")
+
+
+async def test_the_drill_says_it_restores_sqlite_only_for_a_postgresql_dump(pg_tools, databases, tmp_path):
+    from llmgw.backup.drill import run_drill
+
+    first = lay_out(tmp_path / "cp1", store_dsn=databases(), backup_dir=str(tmp_path / "backups"))
+    store = await open_store(first.store_dsn)
+    try:
+        await seed(store)
+        result = await make_backup(first.config(), config_path=str(first.config_path), store=store)
+    finally:
+        await store.close()
+    assert result.manifest.counts is None
+    with pytest.raises(BackupError, match="holds a PostgreSQL dump; the drill restores SQLite stores only "
+                                          r"\(its checksums and decryption were checked"):
+        await run_drill(result.path)
