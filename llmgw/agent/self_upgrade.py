@@ -38,7 +38,7 @@ from llmgw.release.trust import TrustSet
 from llmgw.release.verify import verify_signed_document
 
 __all__ = ["UpgradeRefused", "Replaced", "running_program", "replace_program", "put_back_previous",
-           "zipapp_version", "PREVIOUS_SUFFIX"]
+           "zipapp_version", "signed_listing", "release_url", "zipapp_names", "PREVIOUS_SUFFIX"]
 
 PREVIOUS_SUFFIX = ".previous"
 _ARCH_NAMES = {"x86_64": ("x86_64", "amd64"), "amd64": ("x86_64", "amd64"),
@@ -82,8 +82,13 @@ def zipapp_version(path: Path) -> str:
         raise UpgradeRefused(f"{path.name}: not an llmgw zipapp (its __main__.py names no build)") from None
 
 
+def zipapp_names(version: str, machine: str) -> set[str]:
+    """The names release `version`'s zipapp for `machine` may have (x86_64 or amd64, aarch64 or arm64)."""
+    return {f"llmgw-{version}-linux-{a}.pyz" for a in _ARCH_NAMES.get(machine, (machine,))}
+
+
 def _zipapp_entry(listed: dict[str, str], version: str, machine: str) -> tuple[str, str]:
-    names = {f"llmgw-{version}-linux-{a}.pyz" for a in _ARCH_NAMES.get(machine, (machine,))}
+    names = zipapp_names(version, machine)
     found = [(rel, digest) for rel, digest in sorted(listed.items()) if rel.rsplit("/", 1)[-1] in names]
     if not found:
         raise UpgradeRefused(f"release {version} has no zipapp for this machine ({machine}): {SUMS} lists "
@@ -103,6 +108,29 @@ async def _get(http: aiohttp.ClientSession, url: str, *, missing_ok: bool = Fals
         raise UpgradeRefused(f"{url}: could not reach the mirror ({exc})") from None
 
 
+def release_url(mirror: str, version: str) -> str:
+    return f"{mirror.rstrip('/')}/{RELEASES.as_posix()}/{quote(version)}"
+
+
+async def signed_listing(http: aiohttp.ClientSession, mirror: str, version: str,
+                         trust: TrustSet) -> tuple[str, dict[str, str]]:
+    """(the signing key's id, file -> sha256) of release `version` on the mirror's file server, its SHA256SUMS
+    signed by a key in `trust`; UpgradeRefused saying why otherwise."""
+    base = release_url(mirror, version)
+    document = await _get(http, f"{base}/{SUMS}", missing_ok=True)
+    if document is None:
+        raise UpgradeRefused(f"the mirror holds no release {version} ({base}/{SUMS} is not there): add it with "
+                             "`llmgw mirror release add DIR` on the mirror")
+    signature = await _get(http, f"{base}/{SIG}", missing_ok=True)
+    kid, problems = verify_signed_document(document, signature, trust, name=SUMS, sig_name=SIG)
+    if problems or kid is None:
+        raise UpgradeRefused(f"release {version}: refused: " + "; ".join(problems))
+    try:
+        return kid, parse_sums(document, SUMS)
+    except SignatureError as exc:
+        raise UpgradeRefused(f"release {version}: refused: {exc}") from None
+
+
 async def replace_program(program: Path, *, version: str, mirror: str, trust: TrustSet,
                           http: aiohttp.ClientSession | None = None, machine: str | None = None) -> Replaced:
     """Fetch, check and put in place release `version`'s zipapp at `program`; UpgradeRefused changes nothing."""
@@ -112,22 +140,11 @@ async def replace_program(program: Path, *, version: str, mirror: str, trust: Tr
         raise UpgradeRefused("no mirror to fetch the release from: set mirror in agent.yaml or mirror.url in "
                              "server.yaml")
     machine = machine or platform.machine()
-    base = f"{mirror.rstrip('/')}/{RELEASES.as_posix()}/{quote(version)}"
+    base = release_url(mirror, version)
     own = http is None
     http = http or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=120))
     try:
-        document = await _get(http, f"{base}/{SUMS}", missing_ok=True)
-        if document is None:
-            raise UpgradeRefused(f"the mirror holds no release {version} ({base}/{SUMS} is not there): add it with "
-                                 "`llmgw mirror release add DIR` on the mirror")
-        signature = await _get(http, f"{base}/{SIG}", missing_ok=True)
-        _, problems = verify_signed_document(document, signature, trust, name=SUMS, sig_name=SIG)
-        if problems:
-            raise UpgradeRefused(f"release {version}: refused: " + "; ".join(problems))
-        try:
-            listed = parse_sums(document, SUMS)
-        except SignatureError as exc:
-            raise UpgradeRefused(f"release {version}: refused: {exc}") from None
+        _, listed = await signed_listing(http, mirror, version, trust)
         rel, digest = _zipapp_entry(listed, version, machine)
         partial = program.with_name(f".{program.name}.{secrets.token_hex(4)}.partial")
         try:

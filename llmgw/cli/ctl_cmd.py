@@ -51,6 +51,9 @@ def register(sub) -> None:
     ctl_signin.register(ctl_sub)
     ctl_federation.register(ctl_sub)
     ctl_kept.register(ctl_sub)  # kept requests
+    from llmgw.cli import ctl_upgrade
+
+    ctl_upgrade.register(ctl_sub)  # ctl upgrade RELEASE
 
 
 def _usage(parser: argparse.ArgumentParser):

@@ -126,6 +126,19 @@ class AdminCluster(AdminEngines, AdminRollouts):
             raise ClusterUnavailable(self.slot.disabled_reason or "the control plane is not running yet")
         return plane
 
+    async def upgrade_cluster(self, body: Mapping[str, Any], *, actor: str) -> JobInfo:
+        """`ctl upgrade`: the job moving every node's agent to a release (llmgw/control/upgrade.py)."""
+        from llmgw.admin.cluster_api import ClusterConflict, ClusterInvalid
+        from llmgw.control.upgrade import UpgradeError
+
+        plane = self._leader()
+        try:
+            return _job(await plane.upgrades.start(body, actor=actor, config_path=self.slot.config_path))
+        except UpgradeError as exc:
+            text = str(exc)
+            raise (ClusterConflict(text) if exc.kind == "conflict" else ClusterUnavailable(text)
+                   if exc.kind == "unavailable" else ClusterInvalid(text, [text])) from None
+
     def _leader(self) -> ControlPlane:
         plane = self._plane()
         if not plane.leading:

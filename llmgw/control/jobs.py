@@ -66,6 +66,7 @@ JOB_KINDS = {
     "promote": "a model moved to its canary's revision, and the canary removed",
     "rollback": "a model returned to the revision an update or a promotion replaced",
     "serve": "a model served from a repository or the mirror: fetched, planned, added, started, asked hello",
+    "upgrade": "every node's agent moved to a signed release (or back), one node or rack at a time",
 }
 #: Ended jobs kept; the oldest is forgotten first.
 KEEP_ENDED = 200

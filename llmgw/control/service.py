@@ -60,7 +60,7 @@ from llmgw.plugins.types import Engine
 from llmgw.router.replicas import ReplicaSet
 from llmgw.store import Store
 from llmgw.wire.channel import AgentEndpoint, AgentSession, ConnectionClosed, Peer
-from llmgw.wire.messages import ControlPlanes, LogChunk, Refused, Register
+from llmgw.wire.messages import CommandResult, ControlPlanes, LogChunk, Refused, Register
 
 log = logs.get("llmgw.control")
 
@@ -175,6 +175,10 @@ class ControlPlane:
 
         #: `ctl model serve` jobs: fetch, plan, add, start, hello (llmgw/control/model_serve.py)
         self.serving = ModelServing(self, ssl_context=mirror_api_context(config))
+        from llmgw.control.upgrade import ClusterUpgrades
+
+        #: `ctl upgrade` jobs: every node's agent moved to a signed release, one at a time (llmgw/control/upgrade.py)
+        self.upgrades = ClusterUpgrades(self)
         from llmgw.obs.control_metrics import ControlMetrics
 
         self.metrics = ControlMetrics(self)  #: its metrics, on the server's /metrics (llmgw/obs/control_metrics.py)
@@ -217,6 +221,7 @@ class ControlPlane:
         self._started = False
         await self.rollouts.stop()
         await self.serving.stop()
+        await self.upgrades.stop()
         await self.leadership.stop(release=True)
         await self.updates.stop()
         if self.reconciler is not None:
@@ -312,6 +317,8 @@ class ControlPlane:
             async for message in session:
                 if isinstance(message, LogChunk):
                     self.log_requests.take(node_id, message)
+                elif isinstance(message, CommandResult) and message.command_id.startswith("upgrade:"):
+                    self.upgrades.command_result(node_id, message)
                 if rec.active:
                     rec.handle(node_id, message)
         finally:
@@ -620,6 +627,7 @@ class ControlPlaneSlot:
     def __init__(self) -> None:
         self.plane: ControlPlane | None = None
         self.disabled_reason = ""
+        self.config_path: str | None = None  #: the server.yaml read (release keys named in it are relative to it)
 
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlaneSlot)

@@ -53,6 +53,7 @@ def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: b
     if app.get(NOTIFIER) is not None:  # llmgw.notify.wiring.install_notifier, called first
         options.setdefault("notify", app[NOTIFIER].emit)
     slot = install_control_plane(app, config, app[GATEWAY].replicas, **options)
+    slot.config_path = config_path  # ctl upgrade reads server.yaml's release keys relative to it
     app[GATEWAY].control = slot  # the router starts on-demand models through it
     app.cleanup_ctx.append(_router_follows_catalog)  # after the control plane's: it serves its whole catalog
     app.cleanup_ctx.append(_replica_view)  # active-active: a standby serves the leader's replicas too

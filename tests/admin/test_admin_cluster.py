@@ -23,6 +23,7 @@ REVISION_BODIES = {
     ("PATCH", "/models/{name}/canary"): {"weight": 20},
     ("POST", "/models/{name}/eval"): {"suite": {"name": "s"}},
     ("POST", "/model-serve"): {"source": "acme/tiny-GGUF"},
+    ("POST", "/upgrade"): {"release": "0.2.0"},
 }
 
 

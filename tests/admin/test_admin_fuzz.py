@@ -24,7 +24,8 @@ CHANGES = {"POST", "PUT", "PATCH", "DELETE"}
 #: What the in-memory cluster (llmgw.admin.testing.FakeCluster) does not do, answered 501 as a control plane
 #: without it would be: the bodies are still checked against the document first, which is what this fuzzes;
 #: the real control plane's updates and canaries are tested in tests/control/test_rollout*.py.
-UNSUPPORTED_BY_THE_FAKE = ("does not update models or run canaries",)
+UNSUPPORTED_BY_THE_FAKE = ("does not update models or run canaries",
+                           "does not run upgrades")  # ctl upgrade: tests/upgrade/ runs the real one
 #: What a schema-valid request may still be told: there is no such thing, or it is not in a state for that.
 STATE_REFUSALS = {404, 409}
 

@@ -42,3 +42,59 @@ def release_folder(folder: Path, version: str, private, *, zipapps: dict[str, Pa
 
 def stored_release(mirror: Path, folder: Path, trust: TrustSet) -> Path:
     return add_release(mirror, folder, trust).path
+
+
+def restamp_zipapp(src: Path, dest: Path, version: str) -> Path:
+    """A copy of the llmgw zipapp `src` that is llmgw `version`: the same code, its version (llmgw/__init__.py,
+    _buildinfo.json, the boot's BUILD line) and build id changed, so it unpacks apart. A second full build would
+    take minutes of the machine's two cores for the same code; what an upgrade changes is the file and the
+    version it says, which this is."""
+    import io
+    import shutil
+
+    raw = src.read_bytes()
+    start = raw.index(b"PK\x03\x04")
+    shebang = raw[:start]
+    with zipfile.ZipFile(src) as outer:
+        main = outer.read("__main__.py").decode()
+        line = next(ln for ln in main.splitlines() if ln.startswith("BUILD = "))
+        build = json.loads(line.removeprefix("BUILD = "))
+        build.update(version=version, id=(build["id"] + "-" + version)[-24:].replace("+", "-"))
+        main = main.replace(line, "BUILD = " + json.dumps(build))
+        common = io.BytesIO()
+        with zipfile.ZipFile(io.BytesIO(outer.read("payload/common.zip"))) as zin, \
+                zipfile.ZipFile(common, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+            for item in zin.infolist():
+                data = zin.read(item)
+                if item.filename == "llmgw/__init__.py":
+                    text = data.decode()
+                    old = next(ln for ln in text.splitlines() if ln.startswith("__version__"))
+                    data = text.replace(old, f'__version__ = "{version}"').encode()
+                elif item.filename == "llmgw/_buildinfo.json":
+                    info = json.loads(data)
+                    info["version"] = version
+                    data = json.dumps(info).encode()
+                zout.writestr(item, data)
+        tmp = dest.with_suffix(".tmp")
+        with open(tmp, "wb") as out:
+            out.write(shebang)
+            with zipfile.ZipFile(out, "w") as zout:
+                for item in outer.infolist():
+                    if item.filename == "__main__.py":
+                        zout.writestr(item, main)
+                    elif item.filename == "payload/common.zip":
+                        zout.writestr(item, common.getvalue())
+                    else:
+                        with outer.open(item) as s, zout.open(item, "w", force_zip64=True) as d:
+                            shutil.copyfileobj(s, d, 1 << 20)
+    tmp.chmod(0o755)
+    tmp.replace(dest)
+    return dest
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
