@@ -9,8 +9,8 @@ HELP = "Check this machine's llmgw: services, ports, certificates, store, clock,
 DESCRIPTION = (
     "Check this machine's llmgw, as a control plane (server.yaml in /etc/llmgw) or a node (agent.yaml), or "
     "both: services running, ports listening and connectable, certificates valid (a warning under 30 days), "
-    "the store reachable and its schema version, the firewall table, each control plane reachable and the "
-    "clock's skew to it, the GPU driver (none is fine: a CPU node), the engines found, and the disk free for "
+    "the store reachable and its schema version (PostgreSQL: each member's role and lag), the firewall table, "
+    "each control plane reachable and the clock's skew to it, the GPU driver (none is fine: a CPU node), the engines found, and the disk free for "
     "weights. Each problem says what to do. Exit status 1 when there is a problem, 0 otherwise."
 )
 

@@ -3,7 +3,8 @@
 Which checks run follows from <root>/etc/llmgw: server.yaml makes it a
 control plane, agent.yaml a node (both: both). A control plane: its
 service, every listener (listening and connectable), its certificates and
-their expiry, the store and its schema version, the firewall table. A node:
+their expiry, the store and its schema version (a PostgreSQL store: each member's role, state and
+lag, as its primary sees them), the firewall table. A node:
 its service, its certificate, each control plane reachable and the clock's
 skew to it, the GPU driver, the engines found and the disk free for weights.
 
