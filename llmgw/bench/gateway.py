@@ -52,12 +52,15 @@ class GatewayBench:
     litellm: str | None = None  # the `litellm` command; None: LiteLLM is not measured
     client: str = "auto"  # auto, wrk or python
     warmup: int = 200  # requests per target before measuring
+    workers: int = 1  # more than 1: also llmgw with that many workers, their limits shared in a Redis
 
     def __attrs_post_init__(self) -> None:
         if self.requests is not None and self.duration is not None:
             raise BenchError("give --requests or --duration, not both")
         if self.rate is not None and self.rate <= 0:
             raise BenchError("--rate: requests per second must be more than 0")
+        if self.workers < 1:
+            raise BenchError("--workers must be at least 1")
         if self.concurrency < 1 or self.rounds < 1:
             raise BenchError("--concurrency and --rounds must be at least 1")
         if self.client not in ("auto", "wrk", "python"):
@@ -125,6 +128,15 @@ async def run(bench: GatewayBench, say: Callable[[str], None] = lambda _: None) 
             children.append(gateway)
             targets = [_Target("direct", engine.url, {}, None),
                        _Target("llmgw", gateway.url, _bearer(secret), gateway)]
+            if bench.workers > 1:  # workers: the same gateway in W processes on one port, limits in a Redis
+                say(f"starting redis-server and llmgw server with {bench.workers} workers")
+                redis, redis_url = await procs.start_redis(workdir)
+                children.append(redis)
+                many, many_secret = await procs.start_gateway(
+                    workdir / "workers", engine_url=engine.url, model=MODEL, keys=bench.keys,
+                    concurrency=bench.concurrency, workers=bench.workers, limits_store=redis_url)
+                children.append(many)
+                targets.append(_Target(f"llmgw-{bench.workers}w", many.url, _bearer(many_secret), many))
             if bench.litellm:
                 say("starting LiteLLM's proxy (this takes a while)")
                 proxy, master = await procs.start_litellm(bench.litellm, workdir, engine_url=engine.url,
@@ -217,6 +229,9 @@ def _report(bench: GatewayBench, generator: str, notes: list[str], targets: list
         if out.errors:
             notes.append(f"{target.name}: {out.errors} of {out.ok + out.errors} requests failed, so its "
                          f"requests/s is not at 100% success: lower --concurrency or --rate")
+    many = f"llmgw-{bench.workers}w"
+    if many in results:  # workers: what W processes bought over one
+        results[many]["rps_vs_one_worker"] = ratio(results[many]["rps"], results["llmgw"]["rps"])
     if "litellm" in results:
         results["llmgw"]["rps_vs_litellm"] = ratio(results["llmgw"]["rps"], results["litellm"]["rps"])
     return {
@@ -263,4 +278,8 @@ def headline(report: dict) -> list[str]:
                      f"+{t['llmgw']['added_p50_ms']} ms at p50, +{t['llmgw']['added_p99_ms']} ms at p99")
     if "litellm" in t:
         lines.append(f"llmgw: {t['llmgw'].get('rps_vs_litellm')}x LiteLLM's requests/s")
+    many = f"llmgw-{s['workers']}w"
+    if many in t:
+        lines.append(f"llmgw with {s['workers']} workers (limits in Redis): {t[many]['rps_vs_one_worker']}x one "
+                     f"worker's requests/s, on {report['machine'].get('cpus', '?')} CPUs")
     return lines + list(report["notes"])

@@ -246,8 +246,10 @@ async def make_key(db: Path, model: str) -> str:
 
 
 async def start_gateway(workdir: Path, *, engine_url: str, model: str, keys: bool, concurrency: int,
-                        log_level: str = "info") -> tuple[Child, str | None]:
-    """`llmgw server` with a generated server.yaml (and, with keys, a store holding one key)."""
+                        log_level: str = "info", workers: int = 1, limits_store: str = "") -> tuple[Child, str | None]:
+    """`llmgw server` with a generated server.yaml (and, with keys, a store holding one key); `workers` > 1
+    with `limits_store` (a Redis) serves from that many processes, all of them listening before this returns."""
+    workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / "llmgw.db"
     secret = await make_key(db, model) if keys else None
     for attempt in range(3):  # another process may take the free port first
@@ -255,16 +257,45 @@ async def start_gateway(workdir: Path, *, engine_url: str, model: str, keys: boo
         config = workdir / "server.yaml"
         with open(config, "w") as f:
             YAML(typ="safe", pure=True).dump(server_yaml(listen=f"127.0.0.1:{port}", db=db, engine_url=engine_url,
-                                                         model=model, keys=keys, concurrency=concurrency), f)
+                                                         model=model, keys=keys, concurrency=concurrency)
+                                             | ({"workers": workers, "limits": {"store": limits_store}}
+                                                if workers > 1 else {}), f)
         argv = [*self_command(), "--log-level", log_level, "server", "--config", str(config)]
         child = await _spawn("llmgw-server", argv, workdir, f"http://127.0.0.1:{port}")
         try:
             await wait_ready(child, "/ready", timeout=60)
+            deadline = time.monotonic() + 60  # workers: every one of them listening
+            while child.log.read_text(errors="replace").count("client API listening") < workers:
+                if time.monotonic() > deadline:
+                    raise StartFailed(f"not every one of {workers} workers listened within 60 s:\n{child.log_tail()}")
+                await asyncio.sleep(0.2)
             return child, secret
         except StartFailed:
             if attempt == 2 or "cannot listen" not in child.log_tail():
                 raise
     raise AssertionError("unreachable")
+
+
+async def start_redis(workdir: Path) -> tuple[Child, str]:
+    """Debian's redis-server on a free loopback port, nothing kept on disk: the shared limits of several workers."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise StartFailed("--workers: redis-server is not installed (apt-get install redis-server); workers share "
+                          "their limits through it")
+    port = free_port()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", str(workdir)]
+    child = await _spawn("redis", argv, workdir, f"redis://127.0.0.1:{port}")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return child, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            await asyncio.sleep(0.05)
+    await child.stop()
+    raise StartFailed(f"redis-server did not listen within 10 s:\n{child.log_tail()}")
 
 
 # ---------------------------------------------------------------- LiteLLM

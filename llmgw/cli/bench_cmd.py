@@ -107,6 +107,9 @@ def _register_gateway(benches) -> None:
     p.add_argument("--client", choices=("auto", "wrk", "python"), default="auto",
                    help="load generator: wrk for closed loops without streams when installed (auto), or always the Python client")
     p.add_argument("--warmup", type=int, default=200, metavar="N", help="requests to each target before measuring (default 200)")
+    p.add_argument("--workers", type=int, default=1, metavar="W",
+                   help="also measure llmgw with W worker processes on one port, their limits in a redis-server "
+                        "it starts (needs redis-server; default 1: not measured)")
     add_json_flag(p)
     p.set_defaults(handler=run_gateway)
 
@@ -121,7 +124,7 @@ def run_gateway(args: argparse.Namespace):
             requests=args.requests, duration=args.duration, rate=args.rate, concurrency=args.concurrency,
             stream=args.stream, prompt_tokens=args.prompt_tokens, answer_tokens=args.answer_tokens, keys=args.keys,
             ttft=args.ttft, tpot=args.tpot, rounds=args.rounds, litellm=args.litellm, client=args.client,
-            warmup=args.warmup)
+            warmup=args.warmup, workers=args.workers)
     except gateway.BenchError as exc:
         raise UsageError(str(exc)) from None
 

@@ -164,3 +164,6 @@ def test_workers_above_1_need_a_shared_limits_store():
     with pytest.raises(ConfigError) as err:
         parse_server_config({"limits": {"store": "memcached://x"}})
     assert "limits.store" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_server_config({"limits": {"store": "redis://:hunter2@127.0.0.1:6379/0"}})
+    assert "limits.password_file" in str(err.value) and "hunter2" not in str(err.value)
