@@ -65,24 +65,56 @@ class DrillReport:
                            for t in self.tables]}
 
 
-async def run_drill(archive: str, opener: Any = None, *, scratch_parent: str | None = None) -> DrillReport:
-    """Restore `archive` into a scratch folder and check it; BackupError when it cannot even be restored."""
+async def run_drill(archive: str, opener: Any = None, *, scratch_parent: str | None = None,
+                    into: str | None = None) -> DrillReport:
+    """Restore `archive` into a scratch folder and check it; BackupError when it cannot even be restored.
+
+    A PostgreSQL dump is restored into `into`, the address of an empty
+    database made for the drill (left restored, for the operator to drop)."""
     archive = os.path.abspath(os.path.expanduser(archive))
     scratch = tempfile.mkdtemp(prefix="llmgw-drill-", dir=scratch_parent)
     try:
         os.chmod(scratch, 0o700)
+        if into is not None:
+            await _check_empty(into)  # before the archive is read: a wrong address is said at once
         manifest = await asyncio.to_thread(verify, archive, scratch, opener)
-        if manifest.store_kind != "sqlite":
-            raise BackupError(f"{archive} holds a PostgreSQL dump; the drill restores SQLite stores only (its "
-                              "checksums and decryption were checked: every file matches its manifest)")
-        db = os.path.join(scratch, *manifest.store_file.name.split("/"))
-        version = await _open_store(db)
-        found = await asyncio.to_thread(count_rows, db)
+        staged = os.path.join(scratch, *manifest.store_file.name.split("/"))
+        if manifest.store_kind == "sqlite":
+            version = await _open_store(staged)
+            found = await asyncio.to_thread(count_rows, staged)
+        else:
+            if into is None:
+                raise BackupError(f"{archive} holds a PostgreSQL dump: give --into with the address of an empty "
+                                  "database to restore it into (its checksums and decryption were checked: every "
+                                  "file matches its manifest)")
+            from llmgw.backup import pg
+
+            await pg.pg_restore(into, staged)
+            version = await _open_store(into)
+            found = await pg.count_rows_at(into)
         tables = tuple(TableCount(table=t, expected=n, found=found.get(t))
                        for t, n in sorted((manifest.counts or {}).items()))
         return DrillReport(archive=archive, manifest=manifest, schema_version=version, tables=tables)
     finally:
         await asyncio.to_thread(shutil.rmtree, scratch, True)
+
+
+async def _check_empty(dsn: str) -> None:
+    from llmgw.backup import pg
+    from llmgw.store import parse_dsn
+    from llmgw.store.errors import StoreError
+    from llmgw.store.postgres import redact
+
+    try:
+        kind, _ = parse_dsn(dsn)
+    except StoreError as exc:
+        raise BackupError(f"--into: {exc}") from None
+    if kind != "postgres":
+        raise BackupError("--into: give a PostgreSQL address (postgres://USER@HOST/DATABASE) of an empty database")
+    tables = await pg.holds_tables(dsn)
+    if tables:
+        raise BackupError(f"--into: {redact(dsn)} is not empty (it holds {', '.join(tables[:5])}); the drill "
+                          "restores only into an empty database made for it (createdb llmgw_drill)")
 
 
 async def _open_store(path: str) -> int:

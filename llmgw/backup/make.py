@@ -173,8 +173,7 @@ async def _make(config: ServerConfig, config_path: str | None, store: Any, folde
 
             dump = os.path.join(stage, "llmgw.dump")
             version = store.schema_version if store is not None else await pg.schema_version(where)
-            counts = None
-            await pg.pg_dump(where, dump)
+            counts = await pg.pg_dump_counted(where, dump)
             staged[PG_NAME] = dump
             files.append(await asyncio.to_thread(_describe, PG_NAME, dump, "store", "", 0o600))
             source = redact(where)

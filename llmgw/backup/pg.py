@@ -14,6 +14,7 @@ import shutil
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from llmgw.backup.archive import BackupError
 
@@ -92,11 +93,56 @@ async def _run(tool: str, args: Sequence[str], password: str | None, what: str) 
         raise BackupError(f"{what} failed: {said}{hint}")
 
 
-async def pg_dump(dsn: str, dest: str) -> None:
+async def pg_dump(dsn: str, dest: str, *, snapshot: str | None = None) -> None:
     """The store's database into `dest`, in pg_dump's custom format (compressed, read by pg_restore)."""
     conninfo, password = split_password(dsn)
-    await _run("pg_dump", ["--format=custom", "--no-password", f"--file={dest}", f"--dbname={conninfo}"],
+    more = [f"--snapshot={snapshot}"] if snapshot else []
+    await _run("pg_dump", ["--format=custom", "--no-password", *more, f"--file={dest}", f"--dbname={conninfo}"],
                password, "pg_dump")
+
+
+async def pg_dump_counted(dsn: str, dest: str) -> dict[str, int]:
+    """pg_dump into `dest`, and the rows of each of llmgw's tables in the very snapshot it dumped.
+
+    The rows are counted in a repeatable-read transaction whose snapshot is
+    exported and given to pg_dump, so the counts are the dump's whatever is
+    written meanwhile (what the restore drill checks a restored copy against).
+    """
+    conn = await _connect(dsn)
+    try:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            snapshot = await conn.fetchval("SELECT pg_export_snapshot()")
+            counts = await count_rows(conn)
+            await pg_dump(dsn, dest, snapshot=snapshot)
+    finally:
+        await conn.close()
+    return counts
+
+
+async def count_rows(conn: Any) -> dict[str, int]:
+    """Rows in each table of the connection's schema but the schema's history, as the SQLite count does."""
+    names = [r["tablename"] for r in await conn.fetch(
+        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename <> 'schema_migrations' "
+        "ORDER BY tablename")]
+    return {t: int(await conn.fetchval(f'SELECT count(*) FROM "{t}"')) for t in names}
+
+
+async def count_rows_at(dsn: str) -> dict[str, int]:
+    conn = await _connect(dsn)
+    try:
+        return await count_rows(conn)
+    finally:
+        await conn.close()
+
+
+async def holds_tables(dsn: str) -> list[str]:
+    """The tables already in the database's schema (a scratch database for the drill must have none)."""
+    conn = await _connect(dsn)
+    try:
+        return [r["tablename"] for r in await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
+    finally:
+        await conn.close()
 
 
 async def pg_restore(dsn: str, dump: str) -> None:

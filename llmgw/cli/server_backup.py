@@ -40,6 +40,9 @@ def register(server_sub) -> None:
         "does not (or the archive has no counts), 2 when the archive cannot be restored at all.")
     d.add_argument("archive", metavar="ARCHIVE", help="an llmgw-backup-….tar.gz or ….tar.gz.age")
     _opener_flags(d)
+    d.add_argument("--into", metavar="DSN",
+                   help="for a PostgreSQL store: the address of an empty database to restore into (left restored "
+                        "afterwards, for you to drop)")
     d.add_argument("--json", action="store_true", help="print the result as JSON")
     d.set_defaults(handler=run_drill)
     k = backup_sub.add_parser(
@@ -174,7 +177,7 @@ async def run_drill(args: argparse.Namespace) -> int:
     from llmgw.backup.drill import run_drill as drill
 
     try:
-        report = await drill(args.archive, _opener(args))
+        report = await drill(args.archive, _opener(args), into=args.into)
     except BackupError as exc:
         return _fail("backup drill", f"{exc}; the drill failed", 2)
     if args.json:
@@ -183,7 +186,8 @@ async def run_drill(args: argparse.Namespace) -> int:
     m = report.manifest
     print(f"Archive {report.archive}")
     print(f"  read whole: every file matches its manifest (made {m.created.isoformat()} by llmgw {m.llmgw_version})")
-    print(f"  restored into a scratch folder; llmgw opened the store (schema version {m.schema_version} in the "
+    where = "a scratch folder" if m.store_kind == "sqlite" else "the database of --into (drop it when done)"
+    print(f"  restored into {where}; llmgw opened the store (schema version {m.schema_version} in the "
           f"archive, {report.schema_version} once opened)")
     if not report.counted:
         print("  the manifest has no row counts (made by an older llmgw): nothing to compare", file=sys.stderr)

@@ -126,17 +126,30 @@ def test_a_missing_pg_dump_says_what_to_install(monkeypatch):
         pg.find_tool("pg_dump")
 
 
-async def test_the_drill_says_it_restores_sqlite_only_for_a_postgresql_dump(pg_tools, databases, tmp_path):
-    from llmgw.backup.drill import run_drill
+
+def test_the_drill_restores_a_postgresql_dump_into_an_empty_database(pg_tools, databases, tmp_path, capsys):
+    """The counts are taken in the snapshot pg_dump dumps; the drill refuses a database that is not empty."""
+    from llmgw.cli.main import main
 
     first = lay_out(tmp_path / "cp1", store_dsn=databases(), backup_dir=str(tmp_path / "backups"))
-    store = await open_store(first.store_dsn)
-    try:
-        await seed(store)
-        result = await make_backup(first.config(), config_path=str(first.config_path), store=store)
-    finally:
-        await store.close()
-    assert result.manifest.counts is None
-    with pytest.raises(BackupError, match="holds a PostgreSQL dump; the drill restores SQLite stores only "
-                                          r"\(its checksums and decryption were checked"):
-        await run_drill(result.path)
+
+    async def back_up():
+        store = await open_store(first.store_dsn)
+        try:
+            await seed(store)
+            return await make_backup(first.config(), config_path=str(first.config_path), store=store)
+        finally:
+            await store.close()
+
+    result = asyncio.run(back_up())
+    assert result.manifest.counts["orgs"] == 1 and result.manifest.counts["usage"] == 5
+    capsys.readouterr()
+    assert main(["server", "backup", "drill", result.path]) == 2
+    assert "holds a PostgreSQL dump: give --into with the address of an empty database" in capsys.readouterr().err
+    assert main(["server", "backup", "drill", result.path, "--into", first.store_dsn]) == 2
+    assert "is not empty (it holds " in capsys.readouterr().err
+    scratch = databases()
+    assert main(["server", "backup", "drill", result.path, "--into", scratch]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("  ok   usage") and line.endswith("5 rows, manifest 5") for line in out)
+    assert out[-1].startswith("Drill passed: all ")
