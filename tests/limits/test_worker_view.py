@@ -1,0 +1,40 @@
+"""What worker 0 sends the other workers (llmgw.server.workers): its replicas and models, taken up as they are."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from llmgw.config import parse_server_config
+from llmgw.config.secrets import Secret
+from llmgw.router.catalog import Catalog
+from llmgw.router.replicas import Replica, ReplicaSet
+from llmgw.server.workers import apply, snapshot
+
+
+def gateway(models: list[dict]) -> SimpleNamespace:
+    config = parse_server_config({"models": models})
+    replicas = ReplicaSet()
+    return SimpleNamespace(replicas=replicas, catalog=Catalog(config.models, replicas))
+
+
+def test_a_worker_takes_up_worker_0s_replicas_and_models_as_they_change():
+    first = gateway([{"name": "a", "endpoints": [{"url": "http://e1:8000/v1"}]},
+                     {"name": "b", "endpoints": [{"url": "http://e2:8000/v1"}]}])
+    first.replicas.add(Replica("r1", "a", "http://10.0.0.1:8000/v1", api_key=Secret("engine-key"), source="control",
+                               max_concurrency=8))
+    first.replicas.add(Replica("r2", "b", "http://10.0.0.2:8000/v1", source="control"))
+    worker = gateway([{"name": "a", "endpoints": [{"url": "http://e1:8000/v1"}]}])
+    worker.replicas.add(Replica("gone", "a", "http://10.0.0.9:8000/v1", source="control"))
+    worker.replicas.add(Replica("r1", "a", "http://10.0.0.1:8000/v1", source="control", in_flight=3))
+
+    apply(worker, snapshot(first))
+    assert sorted(r.id for r in worker.replicas) == ["r1", "r2"]
+    r1 = worker.replicas.get("r1")
+    assert r1.api_key.reveal() == "engine-key" and r1.max_concurrency == 8
+    assert r1.in_flight == 3  # its own requests in flight are its own
+    assert [m.name for m in worker.catalog.configs] == ["a", "b"]
+
+    first.replicas.update("r2", base_url="http://10.0.0.3:8000/v1")
+    first.replicas.remove("r1")
+    apply(worker, snapshot(first))
+    assert [(r.id, r.base_url) for r in worker.replicas] == [("r2", "http://10.0.0.3:8000/v1")]
