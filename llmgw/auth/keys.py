@@ -41,6 +41,8 @@ KEY_PREFIX = "llmgw-"
 SECRET_RANDOM_CHARS = 40
 #: Characters of the secret kept and shown: the prefix and 6 random ones.
 VISIBLE_PREFIX_LEN = 12
+#: Seconds between two warnings that keys are served as last seen (the store not answering), however many requests.
+STALE_WARN_EVERY = 30.0
 # Longer than anything we issue by far; a bigger "key" is not worth hashing.
 _MAX_SECRET_LEN = 512
 
@@ -210,6 +212,9 @@ class KeyResolver:
         self._inflight: dict[str, asyncio.Task[_Entry]] = {}
         self._last_used: dict[str, dt.datetime] = {}
         self._touch_task: asyncio.Task[None] | None = None
+        #: keys served as last seen while the store does not answer: said in the log at most every STALE_WARN_EVERY
+        self._stale_warned_at = float("-inf")
+        self._stale_served = 0
         #: store look-ups made (for tests and metrics)
         self.lookups = 0
 
@@ -321,8 +326,12 @@ class KeyResolver:
             return await asyncio.shield(self._lookup(key_hash))
         except StoreError as exc:
             if entry is not None and entry.resolved is not None and now - entry.loaded < self.stale_grace:
-                log.warning("the store did not answer; using a key as last seen: %s", exc,
-                            extra={"fields": {"key_id": entry.resolved.key.id}})
+                self._stale_served += 1
+                if now - self._stale_warned_at >= STALE_WARN_EVERY:  # once a while, not once a request
+                    log.warning("the store did not answer; using keys as last seen: %s", exc,
+                                extra={"fields": {"key_id": entry.resolved.key.id,
+                                                  "requests": self._stale_served}})
+                    self._stale_warned_at, self._stale_served = now, 0
                 return entry
             raise AuthError(
                 503, "auth_unavailable", "API keys cannot be checked right now (the store does not answer); retry shortly"

@@ -262,3 +262,26 @@ async def test_a_store_outage_serves_known_keys_and_refuses_unknown_ones(
     assert err.value.status == 503
     flaky.down = False
     assert await resolver.flush_last_used() == 1
+
+
+async def test_a_store_outage_is_logged_once_a_while_not_once_a_request(
+    sqlite_store: Store, clock: FakeClock, ticker: Ticker, caplog
+) -> None:
+    t = tenancy_for(sqlite_store, clock)
+    await make_tree(t)
+    issued = await t.create_key(project="acme/search/indexer")
+    flaky = FlakyStore(sqlite_store)
+    resolver = KeyResolver(flaky, ttl=5, stale_grace=120, clock=clock, monotonic=ticker)  # type: ignore[arg-type]
+    await resolver.resolve(issued.secret)
+    flaky.down = True
+    ticker.advance(6)
+    caplog.set_level("WARNING", logger="llmgw.auth")
+    for _ in range(200):
+        await resolver.resolve(issued.secret)
+    said = [r for r in caplog.records if "as last seen" in r.getMessage()]
+    assert len(said) == 1
+    ticker.advance(31)
+    await resolver.resolve(issued.secret)
+    said = [r for r in caplog.records if "as last seen" in r.getMessage()]
+    assert len(said) == 2 and said[1].fields["requests"] == 200  # the 199 after the first warning, and this one
+    assert issued.secret not in caplog.text
