@@ -439,10 +439,11 @@ class SharedLimitsCollector:
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        up = GaugeMetricFamily("llmgw_limits_store_up", "1 while the shared limits store (limits.store) answers.")
+        from llmgw.obs.metric_defs import defn
+
+        up = GaugeMetricFamily("llmgw_limits_store_up", defn("llmgw_limits_store_up").help)
         up.add_metric([], 1 if self.shared.up else 0)
         yield up
-        local = CounterMetricFamily("llmgw_limits_local",
-                                    "Requests counted in this process's memory because the limits store was down.")
+        local = CounterMetricFamily("llmgw_limits_local", defn("llmgw_limits_local_total").help)
         local.add_metric([], self.shared.local_count)
         yield local

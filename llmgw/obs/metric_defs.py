@@ -176,7 +176,13 @@ METRICS: tuple[MetricDef, ...] = tuple([
             "should be as many.", ()),
            ("llmgw_store_write_errors_total", "counter", "Writes the store failed (not refusals of input).", ()),
            ("llmgw_usage_journal_rows", "gauge", "Usage rows in the journal, waiting for the store.", ()),
-           ("llmgw_usage_rows_dropped_total", "counter", "Usage rows neither the store nor the journal took.", ())),
+           ("llmgw_usage_rows_dropped_total", "counter", "Usage rows neither the store nor the journal took.", ()),
+           # shared limits (limits.store: redis://, llmgw.accounting.limits_redis); no series with limits in memory
+           ("llmgw_limits_store_up", "gauge",
+            "1 while the shared limits store (limits.store, a Redis) answers, 0 while it does not.", ()),
+           ("llmgw_limits_local_total", "counter",
+            "Requests counted in this process's memory alone because the limits store was down "
+            "(limits.on_store_down: local).", ())),
     *_defs("Backups", ("server",),  # backup.schedule's job (llmgw.backup.schedule); no series without one
            ("llmgw_backup_runs_total", "counter",
             "Scheduled backups by outcome: ok (made, read back, copied everywhere) or failed.", ("outcome",)),

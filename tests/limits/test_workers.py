@@ -35,17 +35,18 @@ def sim():
     proc.wait(10)
 
 
-def write_config(tmp_path, name: str, port: int, sim_port: int, redis_url: str, **extra) -> str:
+def write_config(tmp_path, name: str, port: int, sim_port: int, redis_url: str, *, metrics: str = '""',
+                 on_store_down: str = "refuse", **extra) -> str:
     path = tmp_path / f"{name}.yaml"
     lines = "".join(f"{k}: {v}\n" for k, v in extra.items())
     path.write_text(textwrap.dedent(f"""\
         listen: 127.0.0.1:{port}
-        metrics_listen: ""
+        metrics_listen: {metrics}
         admin_listen: 127.0.0.1:{free_port()}
         agent_listen: 127.0.0.1:{free_port()}
         store: {{dsn: {tmp_path / "llmgw.db"}}}
         control: {{enabled: false}}
-        limits: {{store: "{redis_url}", on_store_down: refuse}}
+        limits: {{store: "{redis_url}", on_store_down: {on_store_down}}}
         prices: {{default: {{input: 1, output: 1}}}}
         accounting: {{flush_interval: 200ms}}
         models:
@@ -181,3 +182,36 @@ def test_two_workers_on_one_port_share_a_budget_and_a_killed_one_is_started_agai
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
     return sorted(int(x) for x in out.split())
+
+
+def test_redis_killed_local_keeps_serving_and_the_metrics_say_so(tmp_path, redis_server, sim):
+    import urllib.request
+
+    secret = asyncio.run(make_key(tmp_path, rpm=1000))
+    port, metrics = free_port(), free_port()
+    config = write_config(tmp_path, "local", port, sim, redis_server.url, metrics=f"127.0.0.1:{metrics}",
+                          on_store_down="local")
+    server = start(config)
+
+    def scrape() -> dict[str, float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10).read().decode()
+        return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                if line.startswith(("llmgw_limits_store_up ", "llmgw_limits_local_total "))}
+
+    try:
+        asyncio.run(ready(port, secret))
+        assert not [a for a in asyncio.run(ask(port, secret, 5)) if isinstance(a, Exception)]
+        assert scrape() == {"llmgw_limits_store_up": 1.0, "llmgw_limits_local_total": 0.0}
+        redis_server.kill()
+        answers = asyncio.run(ask(port, secret, 10))
+        assert not [a for a in answers if isinstance(a, Exception)], answers
+        seen = scrape()
+        assert seen["llmgw_limits_store_up"] == 0 and seen["llmgw_limits_local_total"] == 10
+        redis_server.start()
+        time.sleep(1.2)
+        assert not [a for a in asyncio.run(ask(port, secret, 5)) if isinstance(a, Exception)]
+        assert scrape()["llmgw_limits_store_up"] == 1
+    finally:
+        stop(server)
+    log = open(config + ".log").read()
+    assert log.count("limits store down") == 1 and "limits store back" in log
