@@ -262,7 +262,8 @@ class AdminCluster(AdminEngines, AdminRollouts):
     async def models(self) -> list[ModelInfo]:
         plane = self._plane()
         await plane.catalog.load()
-        return [_model_info(self._explain(plane, m.name)) for m in plane.catalog.models()]
+        with plane.one_view():  # every model's next placement from one look at the cluster
+            return [_model_info(self._explain(plane, m.name)) for m in plane.catalog.models()]
 
     async def model(self, name: str) -> ModelDetail:
         plane = self._plane()

@@ -34,10 +34,11 @@ restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from llmgw.config.server import ControlConfig, FacilityConfig
@@ -594,6 +595,19 @@ class Reconciler(AgentEvents, EngineProvisioning):
     def dry_run(self, model: CatalogModel) -> Decision:
         """Where the model's next replica would go now; nothing changes."""
         return self._decide(model)
+
+    @contextlib.contextmanager
+    def one_view(self) -> Iterator[None]:
+        """Dry runs inside the block (explaining every model, as a status listing does) share one placement round,
+        made once: the block must not await, so nothing changes while they run."""
+        if self._round is not None:  # within a pass: its round already
+            yield
+            return
+        self._round = self._new_round()
+        try:
+            yield
+        finally:
+            self._round = None
 
     def _decide(self, model: CatalogModel, *, avoid: set[str] = frozenset(), preempt: bool = True,
                 quotas: bool = True) -> Decision:

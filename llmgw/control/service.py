@@ -386,6 +386,10 @@ class ControlPlane:
         """KeyError when the model is not in the catalog."""
         return explain(self._rec(), model)
 
+    def one_view(self):
+        """Explains inside the block (every model's, for a listing) share one look at the cluster (one_view)."""
+        return self._rec().one_view()
+
     def explain_text(self, model: str) -> str:
         return explain_text(self.explain(model))
 
@@ -437,8 +441,12 @@ class ControlPlane:
             "leadership": self.leadership.describe(),
             "nodes": len(self.inventory),
             "replicas": len(rec.records),
-            "models": {m.name: explain(rec, m.name)["status"] for m in self.catalog.models()},
+            "models": self._statuses(rec),
         }
+
+    def _statuses(self, rec: Reconciler) -> dict[str, str]:
+        with rec.one_view():  # every model's next placement from one look at the cluster
+            return {m.name: explain(rec, m.name)["status"] for m in self.catalog.models()}
 
     # Each change below writes an audit event unless `audit` is False: the admin API records its own.
 

@@ -264,3 +264,22 @@ async def test_the_cycle_collector_is_held_off_only_while_a_pass_places():
         assert not gc.isenabled()  # held off before: left so
     finally:
         gc.enable()
+
+
+async def test_explaining_every_model_looks_at_the_cluster_once_and_says_the_same():
+    from llmgw.control.explain import explain
+
+    h = Harness([model(f"m{i}", profiles=[{"name": "d", "cores": 8}], scaling={"min": 1, "max": 2})
+                 for i in range(3)])
+    h.connect(register("n1", cores=16))
+    h.connect(register("n2", cores=16))
+    await h.start_ready()
+    alone = [explain(h.rec, f"m{i}")["next_placement"] for i in range(3)]
+    made = []
+    new_round = h.rec._new_round
+    h.rec._new_round = lambda: (made.append(1), new_round())[1]
+    with h.rec.one_view():
+        shared = [explain(h.rec, f"m{i}")["next_placement"] for i in range(3)]
+    assert shared == alone and len(made) == 1 and h.rec._round is None
+    # A dry run holds nothing: each model's next replica would take the same 8 free cores.
+    assert len({p["placed_on"] for p in shared}) == 1 and shared[0]["placed_on"] is not None
