@@ -28,6 +28,10 @@ A standby also reports, under its own row (`use:` and a hash of its name),
 the copied replicas it sent requests to since its last report, and the
 leader counts that use as its own when it decides which replicas are idle:
 a replica that only the standbys' clients use is not stopped as unused.
+The report also names the on-demand models a client asked the standby for
+while none of their replicas ran: the leader starts them as if asked
+itself, and the standby's request waits (as long as its band may) for the
+replica to reach its copy.
 
 A standby that takes the lease keeps the copied replicas while its
 reconciler adopts them from the agents that register with it (the same ids:
@@ -61,8 +65,11 @@ STORE_TIMEOUT = 3.0
 CARRIED = ("control", "view")
 #: The rows standbys report the use of the leader's replicas under: this, and a hash of the standby's name.
 USE_PREFIX = "use:"
+#: A model a standby's client waits for is named in its reports this long after it last asked (seconds).
+WANT_S = 5.0
 
 UsedElsewhere = Callable[[str, float], None]  # (replica id, when on our clock it was last sent a request)
+WantedElsewhere = Callable[[str], None]  # (model): a standby's client asked for it and none of its replicas runs
 
 
 def use_row_name(holder: str) -> str:
@@ -82,6 +89,29 @@ def feed_reconciler(reconciler) -> UsedElsewhere:
             del reconciler.used_elsewhere[gone]
 
     return used
+
+
+def start_on_demand(reconciler) -> WantedElsewhere:
+    """What the leader calls with a model a standby's client waits for: started as for a request of its own
+    (Reconciler.ensure_started, waited for a few seconds; the standby asks again while it still waits)."""
+    from llmgw.control.state import ModelUnavailable
+
+    waiting: dict[str, asyncio.Task] = {}  # one start at a time per model
+
+    async def start(model: str) -> None:
+        try:
+            await reconciler.ensure_started(model, timeout=2 * WANT_S)
+        except (ModelUnavailable, TimeoutError):
+            pass  # the standby's request times out by itself and says there is no replica
+
+    def wanted(model: str) -> None:
+        if model in waiting:
+            return
+        task = asyncio.get_running_loop().create_task(start(model), name="llmgw-start-for-standby")
+        waiting[model] = task
+        task.add_done_callback(lambda _: waiting.pop(model, None))
+
+    return wanted
 
 
 def encode(replicas: ReplicaSet) -> str:
@@ -120,7 +150,7 @@ class ReplicaView:
 
     def __init__(self, store, replicas: ReplicaSet, leadership, keys, *, max_age: float,
                  adopt_grace: float, every: float = EVERY, name: str = VIEW_NAME,
-                 used_elsewhere: UsedElsewhere | None = None,
+                 used_elsewhere: UsedElsewhere | None = None, wanted_elsewhere: WantedElsewhere | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.replicas = replicas
@@ -143,6 +173,8 @@ class ReplicaView:
         self.used_elsewhere = used_elsewhere  # the leader: told of the standbys' use of its replicas
         self._reported_at = 0.0  # the router's clock at the standby's last report of use
         self._reports = 0
+        self.wanted_elsewhere = wanted_elsewhere  # the leader: told of models a standby's clients wait for
+        self._wanted: dict[str, float] = {}  # the standby: models its clients wait for, by when asked (monotonic)
         self._use_seen: dict[str, int] = {}  # the leader: each standby's report, by the version last read
         self._task: asyncio.Task | None = None
 
@@ -256,10 +288,13 @@ class ReplicaView:
             if seen is None or seen == row.version or row.body is None:
                 continue
             try:
-                entries = json.loads(row.body).get("replicas", {})
-                for rid, e in entries.items():
+                report = json.loads(row.body)
+                for rid, e in report.get("replicas", {}).items():
                     at = now if e.get("in_flight") else now - max(0.0, float(e.get("ago", 0.0)))
                     self.used_elsewhere(str(rid), at)
+                if self.wanted_elsewhere is not None:
+                    for model in report.get("wanted", []):
+                        self.wanted_elsewhere(str(model))
             except (ValueError, AttributeError, TypeError) as exc:
                 self._error(f"a standby's report of use cannot be read ({row.holder}): {exc}")
 
@@ -269,10 +304,13 @@ class ReplicaView:
         used = {r.id: {"ago": round(max(0.0, now - r.last_chosen), 3), "in_flight": r.in_flight}
                 for r in self.replicas
                 if r.source == "view" and (r.in_flight > 0 or r.last_chosen > self._reported_at)}
-        if not used:
+        wanted = sorted(m for m, at in self._wanted.items() if now - at <= WANT_S)
+        self._wanted = {m: at for m, at in self._wanted.items() if now - at <= WANT_S}
+        if not used and not wanted:
             return
         self._reports += 1  # so each report is a new version, even one that reads like the last
-        body = json.dumps({"replicas": used, "report": self._reports}, sort_keys=True, separators=(",", ":"))
+        body = json.dumps({"replicas": used, "wanted": wanted, "report": self._reports}, sort_keys=True,
+                          separators=(",", ":"))
         holder = self.leadership.holder
         try:
             async with asyncio.timeout(STORE_TIMEOUT):
@@ -283,6 +321,21 @@ class ReplicaView:
             self._error(f"this standby's use of the replicas was not reported: {exc or type(exc).__name__}")
             return
         self._reported_at = now
+
+    async def wait_started(self, model: str, timeout: float | None) -> None:
+        """On a standby: have the leader start `model` (on demand) and wait until a replica of it is copied
+        here. TimeoutError after `timeout` seconds; ModelUnavailable when the copy is stale."""
+        from llmgw.control.state import ModelUnavailable
+
+        if self.stale:
+            raise ModelUnavailable(self.replicas.unavailable_reason or "this standby's replica view is stale")
+        deadline = time.monotonic() + (timeout if timeout is not None else 30.0)
+        while not any(r.usable() for r in self.replicas.replicas_for(model)):
+            self._wanted[model] = time.monotonic()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{model!r} did not start within {timeout} s")
+            await asyncio.sleep(min(0.1, left))
 
     def _drop_unadopted(self) -> None:
         """After a take-over, copied replicas the reconciler has not adopted by `adopt_grace` are dropped."""
@@ -415,4 +468,4 @@ class ReplicaViewCollector:
 
 
 __all__ = ["EVERY", "USE_PREFIX", "VIEW_NAME", "ReplicaView", "ReplicaViewCollector", "decode", "encode",
-           "feed_reconciler", "use_row_name"]
+           "feed_reconciler", "start_on_demand", "use_row_name"]

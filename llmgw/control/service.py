@@ -363,6 +363,10 @@ class ControlPlane:
         if self.reconciler is None:
             raise ModelUnavailable("the control plane is not running")
         if not self.leading:
+            view = getattr(self, "replica_view", None)  # active-active: the leader starts it (replica_view.py)
+            cm = self.catalog.get(model)
+            if view is not None and cm is not None and cm.runs_on_cluster and not cm.problems and cm.scaling.max:
+                return await view.wait_started(cm.name, timeout)
             leader = self.leadership.leader
             raise ModelUnavailable(f"this control plane is a standby; the leader is {leader or 'not known yet'}")
         await self.reconciler.ensure_started(model, timeout)

@@ -90,7 +90,7 @@ async def _router_follows_catalog(app: web.Application) -> AsyncIterator[None]:
 
 async def _replica_view(app: web.Application) -> AsyncIterator[None]:
     """The leader writes its replica set to the store; a standby's router serves from it (replica_view.py)."""
-    from llmgw.control.replica_view import ReplicaView, ReplicaViewCollector, feed_reconciler
+    from llmgw.control.replica_view import ReplicaView, ReplicaViewCollector, feed_reconciler, start_on_demand
     from llmgw.control.service import CONTROL_PLANE
     from llmgw.router.gateway import GATEWAY
 
@@ -103,7 +103,8 @@ async def _replica_view(app: web.Application) -> AsyncIterator[None]:
     view = ReplicaView(plane.store, plane.replicas, plane.leadership, plane.reconciler.keys, max_age=2 * ttl,
                        adopt_grace=max(control.heartbeat_window.total_seconds(),
                                        3 * plane.endpoint.heartbeat_interval),
-                       used_elsewhere=feed_reconciler(plane.reconciler))
+                       used_elsewhere=feed_reconciler(plane.reconciler),
+                       wanted_elsewhere=start_on_demand(plane.reconciler))
     plane.replica_view = view
     plane.leadership.describe_more = view.describe
     app[GATEWAY].health_more = view.describe

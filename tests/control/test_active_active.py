@@ -223,3 +223,47 @@ async def test_the_store_keeps_views_by_version_and_epoch(store_dsn):
         assert [r.name for r in await store.list_replica_views("use:")] == ["use:a", "use:b"]
     finally:
         await store.close()
+
+
+async def test_a_standby_has_the_leader_start_an_on_demand_model_and_waits_for_it(tmp_path):
+    from llmgw.control.replica_view import feed_reconciler, start_on_demand
+
+    from .conftest import Harness, model, register
+
+    h = Harness([model("lazy", scaling={"min": 0, "max": 1, "on_demand": True, "idle_timeout": "60s"})])
+    h.connect(register("node-a"))
+    await h.tick()
+    assert h.agents.starts() == []  # nothing asked for it yet
+    s1 = await open_store(f"sqlite:///{tmp_path}/s.db")
+    s2 = await open_store(f"sqlite:///{tmp_path}/s.db")
+    try:
+        one, two = Leadership(s1, "cp-1", TTL), Leadership(s2, "cp-2", TTL)
+        assert await one.step() and not await two.step()
+        leader = ReplicaView(s1, h.replicas, one, h.keys, max_age=2 * TTL, adopt_grace=15, clock=h.clock,
+                             used_elsewhere=feed_reconciler(h.rec), wanted_elsewhere=start_on_demand(h.rec))
+        standby = ReplicaView(s2, ReplicaSet(), two, h.keys, max_age=2 * TTL, adopt_grace=15)
+        await leader.step()
+        await standby.step()
+        await standby.step()  # a report with nothing used or wanted is not written
+        await leader.step()
+
+        waiting = asyncio.create_task(standby.wait_started("lazy", timeout=10))  # a client's request
+        started = []
+        for _ in range(40):
+            await standby.step()
+            await leader.step()
+            await asyncio.sleep(0.05)
+            await h.tick()
+            for node_id, msg in h.agents.starts():
+                h.status(node_id, msg.shard_id, "ready", port=h.port_for(msg))
+                started.append(msg.shard_id)
+            if waiting.done():
+                break
+        await asyncio.wait_for(waiting, 1)
+        assert len(started) == 1 and standby.replicas.get(started[0]) is not None
+
+        with pytest.raises(TimeoutError):  # a model the leader does not start: the wait ends in time
+            await standby.wait_started("nothing-like-it", timeout=0.3)
+    finally:
+        await s1.close()
+        await s2.close()

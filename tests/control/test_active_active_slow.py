@@ -115,7 +115,9 @@ def write_server(path: Path, dsn: str, name: str) -> dict[str, int]:
         "store": {"dsn": dsn},
         "auth": {"keys_required": False},
         "control": {"reconcile_interval": "1s", "lease_ttl": f"{LEASE_TTL}s"},
-        "models": [{"name": "tiny", "engine": "sim", "profiles": [{"name": "cpu"}], "scaling": {"min": 1, "max": 1}}],
+        "models": [{"name": "tiny", "engine": "sim", "profiles": [{"name": "cpu"}], "scaling": {"min": 1, "max": 1}},
+                   {"name": "lazy", "engine": "sim", "profiles": [{"name": "cpu"}],
+                    "scaling": {"min": 0, "max": 1, "on_demand": True}}],
     }))
     return ports
 
@@ -231,6 +233,14 @@ def test_two_control_planes_both_serve_and_the_standby_serves_on_when_the_leader
         wait_until(lambda: answers(b_client, "tiny-two"), 15, "the new model through the standby")
         ids["b"].append(ask(b_client, "tiny-two"))
 
+        # An on-demand model nothing runs yet, asked for through the standby first: the leader starts it, and
+        # the standby's request waits for it and is answered.
+        lazy_client = openai.OpenAI(base_url=f"http://127.0.0.1:{b_ports['client']}/v1", api_key="none",
+                                    max_retries=0, timeout=60)
+        asked = time.monotonic()
+        ids["b"].append(ask(lazy_client, "lazy"))
+        print(f"\nan on-demand model's first request, through the standby: answered in {time.monotonic() - asked:.1f} s")
+
         # The usage rows of both gateways are in the one store.
         from llmgw.store import open_store
 
@@ -241,7 +251,7 @@ def test_two_control_planes_both_serve_and_the_standby_serves_on_when_the_leader
             finally:
                 await store.close()
 
-        wait_until(lambda: asyncio.run(rows_found()) == {"a": 10, "b": 11}, 20, "every usage row in the store")
+        wait_until(lambda: asyncio.run(rows_found()) == {"a": 10, "b": 12}, 20, "every usage row in the store")
 
         # The standby cut off from the store: it serves from its copy for up to twice the lease's TTL, then
         # refuses in words rather than send to replicas that may be gone; mended, it serves again.
@@ -292,8 +302,8 @@ def test_two_control_planes_both_serve_and_the_standby_serves_on_when_the_leader
                     outcomes.append((name, time.monotonic(), f"{type(exc).__name__}: {exc}"[:300]))
                     time.sleep(0.05)
 
-        engines = descendants(agent.pid)  # tiny's and tiny-two's
-        assert len(engines) == 2
+        engines = descendants(agent.pid)  # tiny's, tiny-two's and lazy's
+        assert len(engines) == 3
         loader = threading.Thread(target=load, daemon=True)
         loader.start()
         time.sleep(2)
