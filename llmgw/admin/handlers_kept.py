@@ -22,6 +22,9 @@ from llmgw.config.units import Duration
 from llmgw.router import kept_requests
 from llmgw.store.sql_kept import RULE_KINDS
 
+#: The audit log's actions of reads (each list and each request shown), beside the changes'.
+READ_ACTIONS = ("requests.list", "requests.read")
+
 
 async def _scope(call: Call, ref: str):
     tenancy = call.tenancy()
@@ -131,5 +134,5 @@ async def replay_request(call: Call) -> ReplayResult:
                         replayed_text=kept_requests.answer_text(answer))
 
 
-__all__ = ["get_kept_requests", "get_request", "keep_setting", "list_requests", "replay_request",
+__all__ = ["READ_ACTIONS", "get_kept_requests", "get_request", "keep_setting", "list_requests", "replay_request",
            "set_kept_requests"]
