@@ -25,6 +25,9 @@ class BackupMade:
         "file, so only the store is in it.", None)
     config_files: int = field("How many configuration files are in it (server.yaml, certificates, the token).")
     removed: list[str] = field("Older archives removed to keep backup.keep of them.", factory=list)
+    encrypted: bool = field("Whether it is encrypted with age (backup.encrypt_to or backup.passphrase_file); it was "
+                            "read back and checked against its manifest either way.", False)
+    copies: list[str] = field("Where it was copied and checked (backup.copy_to).", factory=list)
 
 
 @attrs.frozen(kw_only=True)

@@ -38,7 +38,8 @@ async def make_backup(call: Call) -> BackupMade:
     m = result.manifest
     return BackupMade(path=result.path, name=result.name, size=result.size, sha256=result.sha256,
                       created=m.created, store=m.store_kind, schema_version=m.schema_version,
-                      config_dir=m.config_dir, config_files=result.config_files, removed=list(result.removed))
+                      config_dir=m.config_dir, config_files=result.config_files, removed=list(result.removed),
+                      encrypted=result.encrypted, copies=list(result.copies))
 
 
 async def list_backups(call: Call) -> BackupList:

@@ -41,8 +41,12 @@ def run_backup(args: argparse.Namespace, client: AdminClient) -> int:
     config = f"{made['config_files']} configuration file(s) from {made['config_dir']}" if made["config_dir"] \
         else "no configuration (the server was not started from a file)"
     print(f"  holds    the {made['store']} store (schema version {made['schema_version']}) and {config}")
+    for where in made.get("copies") or []:
+        print(f"  copied   {where}")
     if made["removed"]:
         print(f"  removed  {', '.join(made['removed'])}")
+    if not made.get("encrypted"):
+        print("It is not encrypted and holds key and password hashes and private keys: set backup.encrypt_to.")
     return 0
 
 

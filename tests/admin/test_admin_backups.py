@@ -30,7 +30,8 @@ async def test_back_up_now_then_list(make_admin, tmp_path):
     admin = await make_admin(None, config=config, config_path=path)
     made = await admin.call("POST", "/backups", status=201)
     assert set(made) == {"path", "name", "size", "sha256", "created", "store", "schema_version", "config_dir",
-                         "config_files", "removed"}
+                         "config_files", "removed", "encrypted", "copies"}
+    assert made["encrypted"] is False and made["copies"] == []
     assert made["path"] == str(tmp_path / "backups" / made["name"])
     assert made["store"] == "sqlite" and made["schema_version"] == admin.store.schema_version
     assert made["config_dir"] == str(tmp_path / "etc") and made["config_files"] == 2 and made["removed"] == []

@@ -28,6 +28,7 @@ def test_backup_then_list(capsys, live, tmp_path):
     assert out[2] == f"  sha256   {sha256}"
     assert out[3].startswith("  holds    the sqlite store (schema version ")
     assert out[3].endswith("and no configuration (the server was not started from a file)")
+    assert out[-1] == "It is not encrypted and holds key and password hashes and private keys: set backup.encrypt_to."
     made = ok_json(capsys, "backup")
     table = ok(capsys, "backups").splitlines()
     assert table[2].split()[:2] == ["NAME", "MADE"]
