@@ -17,6 +17,10 @@ plane and does one of two things each second (`EVERY`):
   its aliases and the canaries' shares come from the store on their own
   (llmgw.router.catalog_follow), as do usage rows and budgets.
 
+Why the store and not a connection between control planes: each reaches
+the store already (the lease, the catalog, usage rows), so no port,
+certificate or list of peers is added.
+
 The copy's age is measured on the standby's own clock, from the last read
 that saw the leader confirm the set anew, so the machines' clocks need not
 agree. Past `max_age` (twice `control.lease_ttl`: longer than any take-over
