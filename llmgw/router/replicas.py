@@ -69,6 +69,11 @@ class Health:
         return now >= self.ejected_until
 
 
+#: workers (llmgw.server.workers): the part of a replica's concurrency this process may send it, so that all
+#: workers together send it no more than its concurrency; None (one process): all of it
+concurrency_share: Callable[[int], int] | None = None
+
+
 @attrs.define(eq=False, slots=True)
 class Replica:
     """One engine serving one model, as the router sees it."""
@@ -107,7 +112,8 @@ class Replica:
         return self.health.usable(time.monotonic() if now is None else now)
 
     def has_room(self) -> bool:
-        return self.in_flight < self.max_concurrency
+        share = concurrency_share  # workers: this process's part of the replica's concurrency
+        return self.in_flight < (self.max_concurrency if share is None else share(self.max_concurrency))
 
     def outstanding(self, now: float, stale_after: float) -> float:
         """Requests ahead of a new one here: ours in flight plus the engine's own queue."""

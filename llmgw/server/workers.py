@@ -13,7 +13,9 @@ What those need of worker 0 comes down their standard input, a frame
 (4-byte length, pickle) each time it changes, checked twice a second: the
 router's replica set (which replicas serve which model, where, with which
 engine key) and the models it serves (server.yaml's and those added at run
-time). Each worker keeps its own health and load of each replica. When the
+time). Each worker keeps its own health and load of each replica, and sends
+each replica only its part of the replica's concurrency (`share_of`: the
+parts add up to it), so all of them together never send a replica more. When the
 pipe ends (worker 0 gone), a worker finishes its requests and stops; when a
 worker exits, worker 0 starts it again within a second or so.
 
@@ -54,6 +56,24 @@ def worker_index() -> int:
         return max(0, int(os.environ.get(WORKER_ENV, "0")))
     except ValueError:
         return 0
+
+
+def share_of(index: int, count: int):
+    """Worker ``index``'s part of a replica's concurrency among ``count`` workers: the parts add up to it exactly
+    (at least 1 each, so a replica of concurrency below ``count`` may get up to ``count`` at once)."""
+
+    def share(concurrency: int) -> int:
+        base, extra = divmod(concurrency, count)
+        return max(1, base + (1 if index < extra else 0))
+
+    return share
+
+
+def take_share(index: int, count: int) -> None:
+    """This process sends each replica only its part of the replica's concurrency (llmgw.router.replicas)."""
+    from llmgw.router import replicas
+
+    replicas.concurrency_share = share_of(index, count) if count > 1 else None
 
 
 def snapshot(gateway) -> bytes:
@@ -101,6 +121,7 @@ class WorkerPool:
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
+        take_share(0, self.count)
         self._frame = snapshot(self.gateway)
         for index in range(1, self.count):
             self._tasks.append(asyncio.ensure_future(self._keep(index)))
@@ -178,6 +199,7 @@ async def start_following(app, stop: asyncio.Event, *, within: float = 30.0) -> 
     """A worker, before it listens: follow worker 0's view (``follow_parent``), waiting for the first one."""
     from llmgw.router.gateway import GATEWAY
 
+    take_share(worker_index(), app[GATEWAY].config.workers)
     ready = asyncio.Event()
     task = asyncio.ensure_future(follow_parent(app[GATEWAY], stop, ready))
     asyncio.ensure_future(_cancel_on(stop, task))

@@ -36,7 +36,7 @@ def sim():
 
 
 def write_config(tmp_path, name: str, port: int, sim_port: int, redis_url: str, *, metrics: str = '""',
-                 on_store_down: str = "refuse", **extra) -> str:
+                 on_store_down: str = "refuse", concurrency: int = 64, **extra) -> str:
     path = tmp_path / f"{name}.yaml"
     lines = "".join(f"{k}: {v}\n" for k, v in extra.items())
     path.write_text(textwrap.dedent(f"""\
@@ -51,6 +51,7 @@ def write_config(tmp_path, name: str, port: int, sim_port: int, redis_url: str, 
         accounting: {{flush_interval: 200ms}}
         models:
           - name: m
+            concurrency: {concurrency}
             endpoints: [{{url: "http://127.0.0.1:{sim_port}/v1"}}]
         """) + lines)
     return str(path)
@@ -215,3 +216,44 @@ def test_redis_killed_local_keeps_serving_and_the_metrics_say_so(tmp_path, redis
         stop(server)
     log = open(config + ".log").read()
     assert log.count("limits store down") == 1 and "limits store back" in log
+
+
+def test_two_workers_together_send_a_replica_no_more_than_its_concurrency(tmp_path, redis_server):
+    import re
+    import urllib.request
+
+    sim_port = free_port()
+    sim = subprocess.Popen([sys.executable, "-m", "llmgw", "sim-engine", "--port", str(sim_port), "--model", "m",
+                            "--tpot", "0.02"], stdout=subprocess.PIPE, env=ENV)
+    assert b"listening on" in sim.stdout.readline()
+    secret = asyncio.run(make_key(tmp_path, rpm=10_000))
+    port = free_port()
+    server = start(write_config(tmp_path, "c", port, sim_port, redis_server.url, concurrency=4, workers=2))
+    seen: list[float] = []
+
+    async def load_and_watch():
+        async def watch():
+            while True:
+                text = await asyncio.to_thread(
+                    lambda: urllib.request.urlopen(f"http://127.0.0.1:{sim_port}/metrics", timeout=5).read().decode())
+                seen.append(sum(float(v) for v in re.findall(
+                    r"^vllm:num_requests_(?:running|waiting)(?:\{[^}]*\})? (\S+)$", text, re.M)))
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            return await ask(port, secret, 40, max_tokens=30)
+        finally:
+            watcher.cancel()
+
+    try:
+        asyncio.run(ready(port, secret))
+        time.sleep(1.0)
+        answers = asyncio.run(load_and_watch())
+        assert not [a for a in answers if isinstance(a, Exception)], answers
+        assert seen and max(seen) <= 4, max(seen)
+        assert max(seen) >= 3  # both workers sent to it (each may send 2)
+    finally:
+        stop(server)
+        sim.kill()
+        sim.wait(10)
