@@ -69,6 +69,18 @@ class KeptServer:
         assert code == 0, err
         return json.loads(out)
 
+    async def usage_of(self, request_id: str, within: float = 10.0) -> tuple[str, str] | None:
+        """(key_id, tags) of a request's usage row, once the server wrote it; None when it did not."""
+        import sqlite3
+
+        for _ in range(int(within / 0.1)):
+            with contextlib.closing(sqlite3.connect(self.db)) as db:
+                row = db.execute("SELECT key_id, tags FROM usage WHERE request_id = ?", (request_id,)).fetchone()
+            if row is not None:
+                return row[0], row[1]
+            await asyncio.sleep(0.1)
+        return None
+
     def count_rows(self) -> int:
         """The kept_requests rows in the store's file, expired or not."""
         import sqlite3

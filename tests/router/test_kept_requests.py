@@ -169,6 +169,8 @@ async def test_a_kept_request_replayed_against_another_model_side_by_side(tmp_pa
         assert done["original_text"] == first.choices[0].message.content
         assert done["replayed"]["usage"]["completion_tokens"] == 6, "the kept max_tokens goes with it"
         assert s.count_rows() == 1, "a replay is not kept again"
+        key_id, tags = await s.usage_of(done["replay_request_id"])
+        assert key_id == s.key_id and f"replay_of={kept_id}" in tags, "billed to the key that made it, tagged"
 
         code, out, _ = await s.ctl(capsys, "ctl", "request", kept_id, "--replay", "--model", "echo")
         assert code == 0
@@ -183,6 +185,10 @@ async def test_a_kept_request_replayed_against_another_model_side_by_side(tmp_pa
         assert code == 2 and "--model" in err
         status, audit = await s.admin("GET", "/audit", action="requests.replay")
         assert [e["target"] for e in audit["events"]] == [f"request:{kept_id}"] * 3
+
+        await s.ctl_json(capsys, "ctl", "residency", f"key:{s.key_id}", "--in-cluster")
+        code, _, err = await s.ctl(capsys, "ctl", "request", kept_id, "--replay", "--model", "other")
+        assert code == 1 and "must stay on the cluster's own engines" in err, "residency holds for a replay"
 
         status, _ = await s.admin("POST", f"/keys/{s.key_id}/revoke", {})
         assert status == 200
