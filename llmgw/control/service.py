@@ -60,7 +60,7 @@ from llmgw.plugins.types import Engine
 from llmgw.router.replicas import ReplicaSet
 from llmgw.store import Store
 from llmgw.wire.channel import AgentEndpoint, AgentSession, ConnectionClosed, Peer
-from llmgw.wire.messages import CommandResult, ControlPlanes, LogChunk, Refused, Register
+from llmgw.wire.messages import CommandResult, ControlPlanes, LogChunk, Refused, Register, ShardStatus
 
 log = logs.get("llmgw.control")
 
@@ -319,6 +319,8 @@ class ControlPlane:
                     self.log_requests.take(node_id, message)
                 elif isinstance(message, CommandResult) and message.command_id.startswith("upgrade:"):
                     self.upgrades.command_result(node_id, message)
+                elif isinstance(message, ShardStatus):
+                    self.upgrades.shard_status(node_id, message)  # ctl upgrade: the engines' pids, to compare
                 if rec.active:
                     rec.handle(node_id, message)
         finally:

@@ -39,7 +39,7 @@ from llmgw import __version__
 from llmgw.control.job_driver import JobStopped
 from llmgw.control.jobs import Job
 from llmgw.obs import logs
-from llmgw.wire.messages import CommandResult, Upgrade
+from llmgw.wire.messages import CommandResult, ShardStatus, Upgrade
 
 if TYPE_CHECKING:
     from llmgw.control.service import ControlPlane
@@ -121,6 +121,8 @@ class ClusterUpgrades:
         self._task: asyncio.Task | None = None
         self._job: Job | None = None
         self._sent: dict[str, _Sent] = {}  #: command id -> what was sent
+        #: node -> shard -> the pid its engine runs as, from its agent's ShardStatus messages since it registered
+        self._pids: dict[str, dict[str, int | None]] = {}
 
     def busy(self) -> bool:
         return self._task is not None and not self._task.done()
@@ -138,6 +140,25 @@ class ClusterUpgrades:
         sent = self._sent.get(message.command_id)
         if sent is not None and sent.node == node_id and not message.ok:
             sent.failed = message.error or "the agent did not say why"
+
+    def shard_status(self, node_id: str, message: ShardStatus) -> None:
+        """Keep each engine's pid (None once it ended): an upgrade compares them with what the new agent registers."""
+        pids = self._pids.setdefault(node_id, {})
+        if message.state in ("stopped", "exited", "failed"):
+            pids[message.shard_id] = None
+        elif message.pid is not None:
+            pids[message.shard_id] = message.pid
+
+    def _running_pids(self, node: str, session: Any) -> dict[str, int | None]:
+        """The node's engines now: as its Register listed them, then as its ShardStatus messages said since."""
+        pids: dict[str, int | None] = {s.shard_id: s.pid for s in session.register.shards
+                                       if s.state not in ("stopped", "exited", "failed")}
+        for sid, pid in self._pids.get(node, {}).items():
+            if pid is None:
+                pids.pop(sid, None)
+            else:
+                pids[sid] = pid
+        return pids
 
     # ---------------------------------------------------------------- starting
 
@@ -271,7 +292,7 @@ class ClusterUpgrades:
             return False, "its agent is not connected to the leader", ""
         before = session.register.agent_version
         command_id = f"upgrade:{job.id}:{node}"
-        sent = _Sent(node, session, {s.shard_id: s.pid for s in session.register.shards}, before)
+        sent = _Sent(node, session, self._running_pids(node, session), before)
         self._sent[command_id] = sent
         started = time.monotonic()
         try:
