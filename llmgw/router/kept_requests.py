@@ -153,7 +153,9 @@ class RequestKeeper:
         self.raw = raw
 
     async def end(self, call: Any) -> None:
-        if self._too_big or (self.raw is not None and len(self.raw) > MAX_KEPT_BYTES):
+        size = len(json.dumps(self.body, ensure_ascii=False).encode()) + (
+            self._size if self.pieces is not None else len(self.raw or b""))
+        if self._too_big or size > MAX_KEPT_BYTES:
             logs.event(log, "request not kept: too large", request_id=call.request_id, limit=MAX_KEPT_BYTES)
             return
         streamed = self.pieces is not None

@@ -100,3 +100,14 @@ async def test_anthropic_messages_and_the_responses_api_are_kept_as_the_chat_the
     assert kept_requests.answer_text(from_messages.answer) == message.content[0].text
     assert from_responses.request["messages"][-1]["content"] == "Say hi."
     assert kept_requests.answer_text(from_responses.answer) == response.output_text
+
+
+async def test_a_request_larger_than_the_limit_is_not_kept(sim, stored_gateway, monkeypatch):
+    monkeypatch.setattr(kept_requests, "MAX_KEPT_BYTES", 2000)
+    engine = await sim(models=["m"])
+    sg = await stored_gateway([model("m", engine)])
+    await sg.store.set_keep_rule("key", "key-a", dt.timedelta(days=1))
+    big = [{"role": "user", "content": "sea " * 600}]
+    await sg.client().chat.completions.create(model="m", messages=big, max_tokens=2)
+    small = await sg.client().chat.completions.with_raw_response.create(model="m", messages=HELLO, max_tokens=2)
+    assert [k.id for k in await _kept(sg, 1)] == [small.headers["x-request-id"]]
