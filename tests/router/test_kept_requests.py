@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import openai
 import pytest
 
 from .conftest import model
@@ -87,7 +88,8 @@ CARD = "4111 1111 1111 1111"
 
 @pytest.mark.slow
 async def test_a_guard_redacted_request_is_kept_redacted_and_a_no_store_key_never(tmp_path, monkeypatch, capsys):
-    async with kept_server(tmp_path, monkeypatch, guard={"default": ["baseline"]}) as s:
+    policy = {"default": ["baseline", "nosecrets"], "policies": {"nosecrets": {"input": {"pii": {"secret": "block"}}}}}
+    async with kept_server(tmp_path, monkeypatch, guard=policy) as s:
         code, out, err = await s.ctl(capsys, "keys", "requests", "project:acme/a", "--keep", "2d",
                                      "--config", s.config)
         assert code == 0, err
@@ -100,6 +102,12 @@ async def test_a_guard_redacted_request_is_kept_redacted_and_a_no_store_key_neve
         assert shown["summary"]["guard_action"] == "redacted"
         assert CARD not in str(shown["request"]) and CARD not in shown["text"]
         assert "Charge my card" in shown["request"]["messages"][0]["content"]
+        with pytest.raises(openai.APIStatusError) as blocked:
+            await s.client().chat.completions.create(
+                model="echo", messages=[{"role": "user", "content": "My key is AKIAIOSFODNN7EXAMPLE, keep it."}])
+        assert blocked.value.status_code == 400
+        await asyncio.sleep(0.2)
+        assert s.count_rows() == 1, "a request the guardrails block is not kept"
         setting = await s.ctl_json(capsys, "ctl", "kept-requests", f"key:{s.key_id}")
         assert (setting["keep_s"], setting["in_force_s"], setting["in_force_set_by"]) == (None, 172800, "project")
 
