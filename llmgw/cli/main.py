@@ -38,6 +38,7 @@ COMMAND_MODULES = (
     "bench",
     "config",
     "version",
+    "self_upgrade",
 )
 
 # What `llmgw --help` lists for each command it does not build in full: the
@@ -66,6 +67,8 @@ COMMAND_SUMMARIES = {
     "version": "Print llmgw's version, commit, and the Python and platform it was built for.",
     "doctor": "Check this machine's llmgw: services, ports, certificates, store, clock, GPUs, engines, disk.",
     "wipe": "Take llmgw off this machine: its services, configuration, state, certificates, user and firewall table.",
+    "self_upgrade": "Replace this machine's llmgw file with a signed release from the mirror, or put the one before "
+                    "back.",
 }
 
 # Options before the command that take a value (`--log-level debug`).
