@@ -239,8 +239,10 @@ async def moderations(request: web.Request) -> web.Response:
         call.status, call.outcome, call.code, call.limited = exc.status, exc.outcome, exc.code, exc.limited
         return exc.response(pipeline._answer_headers(call))
     except LimitExceeded as exc:
-        call.status, call.outcome, call.code, call.limited = 429, "refused", exc.code, True
-        return GatewayError(429, exc.code, exc.message, retry_after=exc.retry_after, limited=True).response()
+        # exc.status: 429, or 503 when the shared limits store is down (limits.on_store_down: refuse)
+        call.status, call.outcome, call.code, call.limited = exc.status, "refused", exc.code, True
+        return GatewayError(exc.status, exc.code, exc.message, retry_after=exc.retry_after,
+                            limited=True).response()
     except asyncio.CancelledError:
         call.status, call.outcome = pipeline.CLIENT_CLOSED, CANCELLED
         raise
