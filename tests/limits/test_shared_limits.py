@@ -45,6 +45,7 @@ async def two_gateways(cfg, store):
     return a, b
 
 
+@pytest.mark.slow  # a second or more: 100 connections at once, or waiting out a TTL or a retry
 async def test_an_rpm_of_60_lets_exactly_60_through_across_two_gateways(tmp_path, redis_server):
     store, principal = await tenant(tmp_path, rpm=60)
     a, b = await two_gateways(config(redis_server.url), store)
@@ -91,6 +92,7 @@ async def test_a_budget_for_10_requests_holds_against_100_concurrent_on_two_gate
         await store.close()
 
 
+@pytest.mark.slow  # a second or more: 100 connections at once, or waiting out a TTL or a retry
 async def test_the_holds_of_a_gateway_that_crashed_die_after_hold_ttl(tmp_path, redis_server):
     store, principal = await tenant(tmp_path, budget_micros=2_000, budget_period="day")
     cfg = config(redis_server.url, hold_ttl="1s")
@@ -112,6 +114,7 @@ def _metric(acc: Accountant) -> dict[str, float]:
     return {fam.samples[0].name: fam.samples[0].value for fam in SharedLimitsCollector(acc.shared).collect()}
 
 
+@pytest.mark.slow  # a second or more: 100 connections at once, or waiting out a TTL or a retry
 async def test_redis_killed_refuse_answers_503_with_the_reason_and_back_it_is_shared_again(
         tmp_path, redis_server, caplog):
     caplog.set_level(logging.INFO, "llmgw.accounting.limits")
@@ -167,3 +170,20 @@ def test_workers_above_1_need_a_shared_limits_store():
     with pytest.raises(ConfigError) as err:
         parse_server_config({"limits": {"store": "redis://:hunter2@127.0.0.1:6379/0"}})
     assert "limits.password_file" in str(err.value) and "hunter2" not in str(err.value)
+
+
+async def test_tokens_a_request_used_count_on_the_other_gateway(tmp_path, redis_server):
+    store, principal = await tenant(tmp_path, tpm=1000)
+    a, b = await two_gateways(config(redis_server.url), store)
+    try:
+        first = await a.admit(principal, "paid", prompt_tokens=10, max_tokens=0)
+        await a.settle(first, model_served="paid", prompt_tokens=10, completion_tokens=890)  # 900 used, not 10
+        await asyncio.sleep(0.2)  # the correction is sent without waiting for it
+        with pytest.raises(LimitExceeded) as err:
+            await b.admit(principal, "paid", prompt_tokens=200, max_tokens=0)
+        assert err.value.code == "tokens_limit_exceeded" and "limit of 1000 tokens a minute" in err.value.message
+        b.release(await b.admit(principal, "paid", prompt_tokens=50, max_tokens=0))
+    finally:
+        await a.stop()
+        await b.stop()
+        await store.close()
