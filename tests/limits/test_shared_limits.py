@@ -64,6 +64,7 @@ async def test_an_rpm_of_60_lets_exactly_60_through_across_two_gateways(tmp_path
         await store.close()
 
 
+@pytest.mark.slow  # 100 connections at once: a second or more on a busy machine
 async def test_a_budget_for_10_requests_holds_against_100_concurrent_on_two_gateways(tmp_path, redis_server):
     # worst case of each: 100 prompt + 900 max tokens at 1 micro-dollar a token = 1000; the budget: 10 of them
     store, principal = await tenant(tmp_path, budget_micros=10_000, budget_period="day")
