@@ -133,7 +133,7 @@ class WorkerPool:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "llmgw", "server", "--config", self.config_path,
-            stdin=asyncio.subprocess.PIPE, env=env)
+            stdin=asyncio.subprocess.PIPE, env=env, start_new_session=True)  # a terminal's Ctrl-C: worker 0's to pass on
         self.procs[index] = proc
         await self._send(proc, self._frame)
         logs.event(log, "worker started", worker=index, pid=proc.pid)

@@ -253,6 +253,14 @@ def test_two_workers_together_send_a_replica_no_more_than_its_concurrency(tmp_pa
         assert not [a for a in answers if isinstance(a, Exception)], answers
         assert seen and max(seen) <= 4, max(seen)
         assert max(seen) >= 3  # both workers sent to it (each may send 2)
+        children = _children(server.pid)
+        assert len(children) == 1
+        server.kill()  # worker 0 killed: the other sees its pipe end and stops on its own
+        server.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{children[0]}"):
+            time.sleep(0.2)
+        assert not os.path.exists(f"/proc/{children[0]}"), "a worker outlived worker 0"
     finally:
         stop(server)
         sim.kill()
