@@ -12,110 +12,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import threading
 import time
-import urllib.request
-import zipfile
-from pathlib import Path
 
 import pytest
-from upgrade_helpers import make_key, release_folder, restamp_zipapp
+from upgrade_helpers import PY, Load, cached_pyz, children, ctl, free_port, make_key, release_folder, restamp_zipapp
 
 from llmgw.agent.self_upgrade import zipapp_version
 from llmgw.release.store import add_release
 
 pytestmark = pytest.mark.slow
 
-PY = sys.executable
-ROOT = Path(__file__).resolve().parents[2]
 NEXT = "0.1.0.post1"
-#: the files of the agent's side of an upgrade: a cached zipapp is used only when it holds them as the tree does
-AGENT_FILES = ("llmgw/agent/self_upgrade.py", "llmgw/agent/agent.py", "llmgw/cli/agent_cmd.py")
-
-
-def cached_pyz() -> Path:
-    """dist/llmgw.pyz when it holds the agent's side of an upgrade as this tree has it; else built afresh."""
-    import io
-
-    pyz = ROOT / "dist" / "llmgw.pyz"
-    try:
-        with zipfile.ZipFile(pyz) as outer, zipfile.ZipFile(io.BytesIO(outer.read("payload/common.zip"))) as common:
-            if all(common.read(f) == (ROOT / f).read_bytes() for f in AGENT_FILES):
-                return pyz
-    except (OSError, KeyError, zipfile.BadZipFile):
-        pass
-    from llmgw.testing.zipapp import fresh_pyz
-
-    return fresh_pyz()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ctl(*argv, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run([PY, "-m", "llmgw", "ctl", *[str(a) for a in argv]], capture_output=True, text=True,
-                          timeout=timeout)
-    if check:
-        assert done.returncode == 0, f"ctl {argv}: {done.stdout}\n{done.stderr}"
-    return done
-
-
-def children(pid: int) -> set[int]:
-    """The processes whose parent is `pid` (an engine is its agent's child, forked from any of its threads)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rpartition(")")[2].split()[1]) == pid:
-                found.add(int(entry.name))
-    return found
-
-
-class Load:
-    """A client asking the gateway for a chat completion every 50 ms; counts answers and failures."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _ask(self) -> str:
-        body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hello"}],
-                           "max_tokens": 4}).encode()
-        req = urllib.request.Request(self.url, data=body, method="POST", headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return "" if r.status == 200 and json.load(r)["choices"] else f"HTTP {r.status}"
-        except Exception as exc:  # noqa: BLE001 - every way a request can fail is counted
-            return repr(exc)[:200]
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            why = self._ask()
-            if why:
-                self.failures.append(why)
-            else:
-                self.ok += 1
-            time.sleep(0.05)
-
-    def __enter__(self) -> Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(15)
 
 
 def test_ctl_upgrade_moves_a_real_agent_to_the_next_build_and_back_while_its_engine_keeps_serving(tmp_path):
