@@ -25,12 +25,16 @@ from llmgw.store.sql_kept import RULE_KINDS
 #: The audit log's actions of reads (each list and each request shown), beside the changes'.
 READ_ACTIONS = ("requests.list", "requests.read")
 
+#: A scope's kind in a sentence.
+_A_KIND = {"org": "an organization", "team": "a team", "user": "a person"}
+
 
 async def _scope(call: Call, ref: str):
     tenancy = call.tenancy()
     scope = await tenancy.scope(ref)
     if scope.kind not in RULE_KINDS:
-        raise ApiError(400, f"scope: requests are kept for a key or a project, not a {scope.kind} "
+        kind = _A_KIND.get(scope.kind, scope.kind)
+        raise ApiError(400, f"scope: requests are kept for a key or a project, not {kind} "
                             "(give project:PATH or key:ID)")
     return scope
 

@@ -12,6 +12,9 @@ from llmgw.cli.store_access import add_store_arguments, parse_duration, tenancy_
 
 _OFF = ("off", "none", "-")
 
+#: A scope's kind in a sentence.
+_A_KIND = {"org": "an organization", "team": "a team", "user": "a person"}
+
 
 def register(commands) -> None:
     p = commands.add_parser(
@@ -42,7 +45,8 @@ async def _requests(args, tenancy) -> int:
 
     scope = await tenancy.scope(args.scope)
     if scope.kind not in RULE_KINDS:
-        raise UsageError(f"SCOPE: requests are kept for a key or a project, not a {scope.kind} "
+        kind = _A_KIND.get(scope.kind, scope.kind)
+        raise UsageError(f"SCOPE: requests are kept for a key or a project, not {kind} "
                          "(give key:KEY or project:PATH)")
     if (args.since is not None or args.limit != 100) and not args.list:
         raise UsageError("--since and --limit go with --list")

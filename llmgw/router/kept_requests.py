@@ -313,8 +313,9 @@ async def replay(gateway_app: web.Application, kept: Any, model: str) -> tuple[i
     try:
         refuse_unusable(resolved, dt.datetime.now(dt.UTC))
     except AuthError as exc:
-        raise ReplayRefused(409, f"request {kept.id}'s key {kept.key_id} cannot be used now ({getattr(exc, 'message', exc)}): a replay is "
-                                 "sent as the key that made the request, and billed to it") from None
+        why = getattr(exc, "message", str(exc))
+        raise ReplayRefused(409, f"request {kept.id}'s key {kept.key_id} cannot be used now ({why}): a replay "
+                                 "is sent as the key that made the request, and billed to it") from None
     principal = principal_of(resolved, model_aliases(gateway_app[GATEWAY].config) or None)
     body = {k: v for k, v in kept.request.items() if k not in ("stream", "stream_options")}
     body["model"] = model

@@ -56,7 +56,8 @@ async def test_a_whole_answer_and_a_streamed_one_are_kept_as_the_client_got_them
     assert kept_whole.request["messages"] == HELLO and kept_whole.request["max_tokens"] == 5
     assert kept_requests.answer_text(kept_whole.answer) == whole.choices[0].message.content
     assert kept_requests.answer_text(streamed.answer) == text
-    assert streamed.answer["object"] == "chat.completion" and streamed.answer["choices"][0]["finish_reason"] == "length"
+    assert streamed.answer["object"] == "chat.completion"
+    assert streamed.answer["choices"][0]["finish_reason"] == "length"
     assert (kept_whole.model, kept_whole.status, kept_whole.outcome, kept_whole.completion_tokens) == ("m", 200, "ok", 5)
 
 
