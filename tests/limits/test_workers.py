@@ -156,7 +156,7 @@ def test_two_workers_on_one_port_share_a_budget_and_a_killed_one_is_started_agai
     server = start(config)
     try:
         asyncio.run(ready(port, secret))
-        time.sleep(1.0)  # the second worker listening too
+        listening(config, 2)
         children = _children(server.pid)
         assert len(children) == 1, children
         answers = asyncio.run(ask(port, secret, 50, max_tokens=100))
@@ -165,11 +165,9 @@ def test_two_workers_on_one_port_share_a_budget_and_a_killed_one_is_started_agai
         assert 1 <= len(ok) <= 5 and len(ok) + len(refused) == 50, [type(a).__name__ for a in answers]
         assert "budget" in refused[0].message
         os.kill(children[0], signal.SIGKILL)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (not _children(server.pid) or _children(server.pid) == children):
-            time.sleep(0.2)
+        listening(config, 3, within=30)  # worker 0, the first worker 1, and the one started again
         restarted = _children(server.pid)
-        assert restarted and restarted != children, "the killed worker was not started again"
+        assert len(restarted) == 1 and restarted != children, "the killed worker was not started again"
         time.sleep(2.0)
         answers = asyncio.run(ask(port, secret, 20, max_tokens=1))
         assert not [a for a in answers if isinstance(a, openai.APIConnectionError)]
@@ -180,9 +178,18 @@ def test_two_workers_on_one_port_share_a_budget_and_a_killed_one_is_started_agai
     assert "worker exited; starting it again" in log and log.count("worker started") == 2
 
 
+def listening(config: str, count: int, within: float = 60) -> None:
+    """Wait until `count` processes of the server logged that they listen."""
+    deadline = time.monotonic() + within
+    while open(config + ".log").read().count("client API listening") < count:
+        assert time.monotonic() < deadline, f"fewer than {count} workers listening within {within} s"
+        time.sleep(0.2)
+
+
 def _children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
-    return sorted(int(x) for x in out.split())
+    """The workers worker 0 started (not whatever short-lived command it may be running)."""
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return sorted(int(line.split()[0]) for line in out.splitlines() if "llmgw server" in line)
 
 
 def test_redis_killed_local_keeps_serving_and_the_metrics_say_so(tmp_path, redis_server, sim):
@@ -228,7 +235,8 @@ def test_two_workers_together_send_a_replica_no_more_than_its_concurrency(tmp_pa
     assert b"listening on" in sim.stdout.readline()
     secret = asyncio.run(make_key(tmp_path, rpm=10_000))
     port = free_port()
-    server = start(write_config(tmp_path, "c", port, sim_port, redis_server.url, concurrency=4, workers=2))
+    config = write_config(tmp_path, "c", port, sim_port, redis_server.url, concurrency=4, workers=2)
+    server = start(config)
     seen: list[float] = []
 
     async def load_and_watch():
@@ -248,7 +256,7 @@ def test_two_workers_together_send_a_replica_no_more_than_its_concurrency(tmp_pa
 
     try:
         asyncio.run(ready(port, secret))
-        time.sleep(1.0)
+        listening(config, 2)
         answers = asyncio.run(load_and_watch())
         assert not [a for a in answers if isinstance(a, Exception)], answers
         assert seen and max(seen) <= 4, max(seen)
