@@ -5,9 +5,9 @@ control plane (leadership, the reconciler, the agent port), the admin API,
 the metrics listener, the catalog follow — and serves clients on `listen`
 with SO_REUSEPORT set, so the kernel spreads new connections over every
 process listening there. It starts N-1 more (`WorkerPool`): the same
-program (`python -m llmgw server --config …`) with `LLMGW_WORKER=i` in
-their environment, which makes them serve the client API only
-(`run_worker`).
+program (`llmgw.pyz server --config …`, or `python -m llmgw …`) with
+`LLMGW_WORKER=i` in their environment, which makes `llmgw.server.run` serve
+the client API only there (no control plane, admin API or metrics listener).
 
 What those need of worker 0 comes down their standard input, a frame
 (4-byte length, pickle) each time it changes, checked twice a second: the
@@ -128,11 +128,11 @@ class WorkerPool:
         self._tasks.append(asyncio.ensure_future(self._feed()))
 
     async def _spawn(self, index: int) -> asyncio.subprocess.Process:
+        from llmgw.buildinfo import self_command
+
         env = dict(os.environ, **{WORKER_ENV: str(index)})
-        # the program's own modules, wherever they are (a zipapp's unpacked folder, a virtual environment)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "llmgw", "server", "--config", self.config_path,
+            *self_command(), "server", "--config", self.config_path,  # this same program: the zipapp, or -m llmgw
             stdin=asyncio.subprocess.PIPE, env=env, start_new_session=True)  # a terminal's Ctrl-C: worker 0's to pass on
         self.procs[index] = proc
         await self._send(proc, self._frame)
