@@ -127,3 +127,47 @@ async def test_codex_exec_answers_and_exits_0(served, node_clients, tmp_path):
     assert "/v1/responses" in {e.path for e in s.proxy.exchanges}
     assert all(e.status < 500 for e in s.proxy.exchanges), [(e.path, e.status) for e in s.proxy.exchanges]
     s.check()
+
+
+def test_claude_code_and_codex_exec_complete_against_llmgw_up(node_clients, tmp_path):
+    """The README's first command, then Claude Code and Codex CLI pointed at what it printed: both exit 0 (the sim
+    model's 131072-token context holds Claude Code's instructions; its max_tokens of 32000 is fitted)."""
+    import signal
+    import subprocess
+    import sys
+
+    from up_started import up_started
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmgw", "up", "--dir", str(tmp_path / "up"), "--port", "0", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        info = up_started(proc)
+        base, key, model = info["base_url"], info["api_key"], info["model"]
+        root = base.removesuffix("/v1")
+        work = tmp_path / "project"
+        work.mkdir()
+        claude = node_clients / "node_modules" / ".bin" / "claude"
+        env = _clean_env(tmp_path / "claude-home", ANTHROPIC_BASE_URL=root, ANTHROPIC_API_KEY=key,
+                         ANTHROPIC_MODEL=model, ANTHROPIC_SMALL_FAST_MODEL=model,
+                         ANTHROPIC_DEFAULT_HAIKU_MODEL=model, ANTHROPIC_DEFAULT_SONNET_MODEL=model,
+                         ANTHROPIC_DEFAULT_OPUS_MODEL=model, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                         DISABLE_AUTOUPDATER="1", DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1")
+        (tmp_path / "claude-home").mkdir()
+        code, out, err = asyncio.run(_run([str(claude), "-p", "Say hello.", "--output-format", "json"], env=env,
+                                          cwd=str(work)))
+        assert code == 0, (out + err)[-4000:]
+        assert json.loads(out).get("is_error") is False
+        codex = node_clients / "node_modules" / ".bin" / "codex"
+        home = tmp_path / "codex-home"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            f'model = "{model}"\nmodel_provider = "llmgw"\n\n[model_providers.llmgw]\nname = "llmgw"\n'
+            f'base_url = "{base}"\nenv_key = "LLMGW_API_KEY"\nwire_api = "responses"\n')
+        env = _clean_env(tmp_path, CODEX_HOME=str(home), LLMGW_API_KEY=key)
+        code, out, err = asyncio.run(_run([str(codex), "exec", "--skip-git-repo-check", "Say hello."], env=env,
+                                          cwd=str(work)))
+        assert code == 0, (out + err)[-4000:]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, proc.stderr.read()[-3000:]
