@@ -111,14 +111,15 @@ ROOT = Path(__file__).resolve().parents[2]
 AGENT_FILES = ("llmgw/agent/self_upgrade.py", "llmgw/agent/agent.py", "llmgw/cli/agent_cmd.py")
 
 
-def cached_pyz() -> Path:
-    """dist/llmgw.pyz when it holds the agent's side of an upgrade as this tree has it; else built afresh."""
+def cached_pyz(more: tuple[str, ...] = ()) -> Path:
+    """dist/llmgw.pyz when it holds the agent's side of an upgrade (and `more`) as this tree has it; else built
+    afresh."""
     import io
 
     pyz = ROOT / "dist" / "llmgw.pyz"
     try:
         with zipfile.ZipFile(pyz) as outer, zipfile.ZipFile(io.BytesIO(outer.read("payload/common.zip"))) as common:
-            if all(common.read(f) == (ROOT / f).read_bytes() for f in AGENT_FILES):
+            if all(common.read(f) == (ROOT / f).read_bytes() for f in (*AGENT_FILES, *more)):
                 return pyz
     except (OSError, KeyError, zipfile.BadZipFile):
         pass
