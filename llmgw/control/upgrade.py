@@ -171,8 +171,8 @@ class ClusterUpgrades:
             raise UpgradeError(f"this control plane is a standby; ask the leader, {leader or 'not known yet'}",
                                "unavailable")
         if self.busy() and self._job is not None:
-            raise UpgradeError(f"an upgrade is already running ({self._job.id}: {self._job.now}); wait for it "
-                               "or end it with `llmgw ctl job cancel`", "conflict")
+            raise UpgradeError(f"an upgrade is already running ({self._job.id}: {self._job.now}); wait for it to "
+                               f"end (`llmgw ctl jobs {self._job.id}` follows it)", "conflict")
         mirror = plane.config.mirror.url
         if not ask.back and not mirror:
             raise UpgradeError("mirror.url is empty: nodes fetch the release from the mirror's file server; set "

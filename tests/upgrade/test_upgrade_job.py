@@ -27,8 +27,8 @@ class ScriptedAgent:
     """One node: registers with `version` and one running shard; on Upgrade, refuses (`refuse`) or comes back
     with the release's version (or the one before, with back), the shard's pid the same."""
 
-    def __init__(self, url: str, node: str, rack: str = "", refuse: str = "") -> None:
-        self.node, self.rack, self.refuse = node, rack, refuse
+    def __init__(self, url: str, node: str, rack: str = "", refuse: str = "", silent: bool = False) -> None:
+        self.node, self.rack, self.refuse, self.silent = node, rack, refuse, silent
         self.version, self.before = OLD, ""
         self.asked: list[w.Upgrade] = []
         self.conn = AgentConnection([url], self.register, backoff_initial=0.05, backoff_max=0.1)
@@ -43,6 +43,8 @@ class ScriptedAgent:
         async for message in session:
             if isinstance(message, w.Upgrade):
                 self.asked.append(message)
+                if self.silent:  # took it, and never comes back (a fetch that hangs, a start that fails)
+                    continue
                 if self.refuse:
                     await session.send(w.CommandResult(command_id=message.command_id, ok=False,
                                                        error=f"not upgraded: {self.refuse}"))
@@ -183,3 +185,36 @@ async def test_a_refused_upgrade_sends_nothing(cluster, body, words):
         await plane.upgrades.start(body, actor="ann")
     await asyncio.sleep(0.2)
     assert agents[0].asked == [] and all(j.kind != "upgrade" for j in plane.jobs.select())
+
+
+async def test_a_node_that_does_not_come_back_stops_it_and_a_second_upgrade_waits_for_the_first(cluster):
+    plane, url, agents = cluster
+    agents += [ScriptedAgent(url, "node-a", silent=True), ScriptedAgent(url, "node-b")]
+    await connected(plane, agents)
+    job = await plane.upgrades.start({"release": NEW, "timeout": 1.5}, actor="ann")
+    with pytest.raises(UpgradeError, match=f"an upgrade is already running \\({job.id}: ") as refused:
+        await plane.upgrades.start({"release": NEW}, actor="bob")
+    assert refused.value.kind == "conflict"
+    await ended(plane, job)
+    assert job.state == "failed"
+    assert job.steps[-1].text == ("failed: node-a: not back within 1.5 s (its agent's log says why: `llmgw ctl logs "
+                                  "node-a`); stopped there; upgraded: none; not tried: node-b")
+    assert agents[1].asked == [] and agents[1].version == OLD
+
+
+async def test_a_standby_refuses_naming_the_leader(cluster, tmp_path):
+    plane, url, agents = cluster
+    config = parse_server_config({"agent_listen": f"127.0.0.1:{free_port()}", "agent_insecure": True,
+                                  "control": {"lease_ttl": "1200ms"}, "mirror": {"url": plane.config.mirror.url}})
+    store = await open_store(f"sqlite:///{tmp_path}/store.db")
+    standby = ControlPlane(config, store, ReplicaSet(), holder="cp-2", standby_hold=0.1)
+    try:
+        await standby.start()
+        await asyncio.sleep(0.3)
+        assert not standby.leading
+        with pytest.raises(UpgradeError, match="this control plane is a standby; ask the leader, cp-1") as refused:
+            await standby.upgrades.start({"release": NEW}, actor="ann")
+        assert refused.value.kind == "unavailable"
+    finally:
+        await standby.stop()
+        await store.close()
