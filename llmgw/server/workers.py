@@ -15,7 +15,11 @@ router's replica set (which replicas serve which model, where, with which
 engine key) and the models it serves (server.yaml's and those added at run
 time). Each worker keeps its own health and load of each replica, and sends
 each replica only its part of the replica's concurrency (`share_of`: the
-parts add up to it), so all of them together never send a replica more. When the
+parts add up to it), so all of them together never send a replica more.
+Back up a pipe of its own (LLMGW_WORKER_USE_FD) each worker tells worker 0
+twice a second which replicas it used (`use_report`, `take_use`): the
+reconciler's idle reckoning reads worker 0's replicas, so a model used only
+through another worker is not stopped as idle. When the
 pipe ends (worker 0 gone), a worker finishes its requests and stops; when a
 worker exits, worker 0 starts it again within a second or so.
 
@@ -34,6 +38,7 @@ import pickle
 import signal
 import struct
 import sys
+import time
 
 import attrs
 
@@ -43,6 +48,8 @@ log = logs.get("llmgw.server.workers")
 
 #: The environment variable that makes `llmgw server` a worker (its index, 1 or more).
 WORKER_ENV = "LLMGW_WORKER"
+#: The file descriptor a worker reports its use of the replicas on (``use_report``), to worker 0.
+USE_FD_ENV = "LLMGW_WORKER_USE_FD"
 #: How often worker 0 looks for a change to send (seconds).
 FEED_EVERY_S = 0.5
 #: A worker that exits is started again after this long (seconds), longer if it keeps exiting at once.
@@ -82,6 +89,24 @@ def snapshot(gateway) -> bytes:
                 for r in sorted(gateway.replicas, key=lambda r: r.id)]
     models = list(getattr(gateway.catalog, "configs", []))
     return pickle.dumps({"replicas": replicas, "models": models, "declared_only": gateway.catalog.declared_only})
+
+
+def use_report(gateway, since: float) -> dict[str, float]:
+    """A worker's use of the replicas since ``since`` (monotonic): for each replica it sent a request to, how
+    many seconds ago (0: one is in flight now)."""
+    now = time.monotonic()
+    return {r.id: 0.0 if r.in_flight > 0 else max(0.0, now - r.last_chosen)
+            for r in gateway.replicas if r.in_flight > 0 or r.last_chosen > since}
+
+
+def take_use(gateway, frame: bytes) -> None:
+    """Worker 0: a worker's ``use_report`` counted as use of worker 0's own replicas (``last_chosen``), so the
+    reconciler's idle reckoning (and a standby's report to the leader) sees the requests every worker sent."""
+    now = time.monotonic()
+    for rid, ago in pickle.loads(frame).items():  # noqa: S301 - from our own worker, over a pipe we made
+        replica = gateway.replicas.get(rid)
+        if replica is not None:
+            replica.last_chosen = max(replica.last_chosen, now - float(ago))
 
 
 def apply(gateway, frame: bytes) -> None:
@@ -130,10 +155,16 @@ class WorkerPool:
     async def _spawn(self, index: int) -> asyncio.subprocess.Process:
         from llmgw.buildinfo import self_command
 
-        env = dict(os.environ, **{WORKER_ENV: str(index)})
-        proc = await asyncio.create_subprocess_exec(
-            *self_command(), "server", "--config", self.config_path,  # this same program: the zipapp, or -m llmgw
-            stdin=asyncio.subprocess.PIPE, env=env, start_new_session=True)  # a terminal's Ctrl-C: worker 0's to pass on
+        use_r, use_w = os.pipe()  # the worker's use of the replicas, back to worker 0
+        env = dict(os.environ, **{WORKER_ENV: str(index), USE_FD_ENV: str(use_w)})
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self_command(), "server", "--config", self.config_path,  # this same program: the zipapp, or -m llmgw
+                stdin=asyncio.subprocess.PIPE, env=env, pass_fds=(use_w,),
+                start_new_session=True)  # a terminal's Ctrl-C: worker 0's to pass on
+        finally:
+            os.close(use_w)
+        self._tasks.append(asyncio.ensure_future(self._read_use(use_r)))
         self.procs[index] = proc
         await self._send(proc, self._frame)
         logs.event(log, "worker started", worker=index, pid=proc.pid)
@@ -153,6 +184,20 @@ class WorkerPool:
             ran = asyncio.get_running_loop().time() - started
             pause = RESTART_AFTER_S if ran > 30 else min(30.0, pause * 2 if ran < 5 else RESTART_AFTER_S)
             await asyncio.sleep(pause)
+
+    async def _read_use(self, fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                    os.fdopen(fd, "rb", buffering=0))
+        try:
+            while True:
+                size = struct.unpack(">I", await reader.readexactly(4))[0]
+                take_use(self.gateway, await reader.readexactly(size))
+        except asyncio.IncompleteReadError:
+            pass  # the worker exited
+        finally:
+            transport.close()
 
     async def _feed(self) -> None:
         while not self._stopping:
@@ -200,6 +245,8 @@ async def start_following(app, stop: asyncio.Event, *, within: float = 30.0) -> 
     from llmgw.router.gateway import GATEWAY
 
     take_share(worker_index(), app[GATEWAY].config.workers)
+    if os.environ.get(USE_FD_ENV, "").isdigit():
+        asyncio.ensure_future(_report_use(app[GATEWAY], int(os.environ[USE_FD_ENV]), stop))
     ready = asyncio.Event()
     task = asyncio.ensure_future(follow_parent(app[GATEWAY], stop, ready))
     asyncio.ensure_future(_cancel_on(stop, task))
@@ -216,6 +263,24 @@ async def _cancel_on(stop: asyncio.Event, task: asyncio.Task) -> None:
     await stop.wait()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+async def _report_use(gateway, fd: int, stop: asyncio.Event) -> None:
+    """A worker: its use of the replicas to worker 0 (``take_use``), twice a second while it sent any."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(fd, "wb", buffering=0))
+    since = time.monotonic()
+    try:
+        while not stop.is_set():
+            await asyncio.sleep(FEED_EVERY_S)
+            now = time.monotonic()
+            used = use_report(gateway, since)
+            since = now
+            if used and not transport.is_closing():
+                frame = pickle.dumps(used)
+                transport.write(struct.pack(">I", len(frame)) + frame)
+    finally:
+        transport.close()
 
 
 async def follow_parent(gateway, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+import time
 from types import SimpleNamespace
 
 from llmgw.config import parse_server_config
@@ -38,3 +40,24 @@ def test_a_worker_takes_up_worker_0s_replicas_and_models_as_they_change():
     first.replicas.remove("r1")
     apply(worker, snapshot(first))
     assert [(r.id, r.base_url) for r in worker.replicas] == [("r2", "http://10.0.0.3:8000/v1")]
+
+
+def test_worker_0_counts_a_workers_use_of_a_replica_for_its_idle_reckoning():
+    from llmgw.server.workers import take_use, use_report
+
+    first = gateway([{"name": "a", "endpoints": [{"url": "http://e1:8000/v1"}]}])
+    first.replicas.add(Replica("r1", "a", "http://10.0.0.1:8000/v1", source="control"))
+    first.replicas.add(Replica("r2", "a", "http://10.0.0.2:8000/v1", source="control"))
+    worker = gateway([{"name": "a", "endpoints": [{"url": "http://e1:8000/v1"}]}])
+    apply(worker, snapshot(first))
+    since = time.monotonic()
+    assert use_report(worker, since) == {}  # nothing sent: nothing to say
+    worker.replicas.get("r1").last_chosen = time.monotonic()  # the worker chose it since the last report...
+    worker.replicas.get("r2").in_flight = 1  # ...and has one in flight on the other now
+    report = use_report(worker, since)
+    assert set(report) == {"r1", "r2"} and report["r2"] == 0.0
+    take_use(first, pickle.dumps(report))
+    now = time.monotonic()
+    assert now - first.replicas.get("r2").last_chosen < 0.5  # in flight in the worker: used now
+    assert 0 <= now - first.replicas.get("r1").last_chosen < 0.5
+    assert first.replicas.get("r1").in_flight == 0  # worker 0's own count of its requests is its own
