@@ -91,8 +91,10 @@ def _hardening(role: str, layout: Layout, user: str | None) -> list[str]:
         "LimitNOFILE=65536",
     ]
     if role == "agent":
-        # Root, the devices it needs (/dev/nvidia*) and the driver's modules; /usr and /boot stay read-only.
-        return [*common, "ProtectSystem=full", "KillMode=process"]
+        # Root, the devices it needs (/dev/nvidia*) and the driver's modules; /usr and /boot stay read-only, but
+        # for the folder of its own file, which `ctl upgrade` has it replace (docs/upgrades.md).
+        return [*common, "ProtectSystem=full", f"ReadWritePaths=-{_quote(str(layout.binary.parent))}",
+                "KillMode=process"]
     lines = [
         *common,
         "ProtectSystem=strict",
