@@ -94,6 +94,9 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
     from llmgw.control.wiring import attach_control_plane
     if not worker:
         attach_control_plane(app, config, config_path=config_path)
+    else:  # workers: GET /leader answers what worker 0's does
+        from llmgw.server.workers import serve_leader
+        serve_leader(app)
     # ---- end of the control plane
     # router.clients: header and idle timeouts, connection caps (llmgw.server.limits)
     runner = ClientRunner(app, config.router.clients, handler_cancellation=True, shutdown_timeout=drain_seconds,

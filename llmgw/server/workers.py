@@ -88,7 +88,39 @@ def snapshot(gateway) -> bytes:
     replicas = [{f.name: getattr(r, f.name) for f in attrs.fields(type(r)) if f.name not in _LIVE_STATE}
                 for r in sorted(gateway.replicas, key=lambda r: r.id)]
     models = list(getattr(gateway.catalog, "configs", []))
-    return pickle.dumps({"replicas": replicas, "models": models, "declared_only": gateway.catalog.declared_only})
+    return pickle.dumps({"replicas": replicas, "models": models, "declared_only": gateway.catalog.declared_only,
+                         "leader": leader_answer(gateway)})
+
+
+def leader_answer(gateway) -> tuple[dict, int] | None:
+    """What worker 0's GET /leader answers now (body, status); None without a control plane in the process."""
+    slot = getattr(gateway, "control", None)
+    if slot is None:
+        return None
+    plane = getattr(slot, "plane", None)
+    if plane is None:
+        return ({"leader": False, "holder": None, "epoch": 0,
+                 "error": slot.disabled_reason or "the control plane is not running"}, 503)
+    info = plane.leadership.describe()
+    return info, 200 if info["leader"] else 503
+
+
+#: a worker: worker 0's last GET /leader answer, which the worker's own GET /leader gives
+_leader_seen: tuple[dict, int] | None = None
+
+
+def serve_leader(app) -> None:
+    """A worker's GET /leader: worker 0's answer, as of its last view (half a second old at most)."""
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.Response:
+        seen = _leader_seen
+        if seen is None:
+            return web.json_response({"leader": False, "holder": None, "epoch": 0,
+                                      "error": "this worker has no word from worker 0 yet"}, status=503)
+        return web.json_response(seen[0], status=seen[1])
+
+    app.router.add_get("/leader", handle)
 
 
 def use_report(gateway, since: float) -> dict[str, float]:
@@ -113,7 +145,10 @@ def apply(gateway, frame: bytes) -> None:
     """Make a worker's router what worker 0's is (``snapshot``)."""
     from llmgw.router.replicas import Replica
 
+    global _leader_seen
     view = pickle.loads(frame)  # noqa: S301 - from our own parent process, over a pipe only it holds
+    if view.get("leader") is not None:
+        _leader_seen = view["leader"]
     gateway.catalog.set_models(view["models"], declared_only=view["declared_only"])
     wanted = {r["id"]: r for r in view["replicas"]}
     for replica in list(gateway.replicas):

@@ -61,3 +61,27 @@ def test_worker_0_counts_a_workers_use_of_a_replica_for_its_idle_reckoning():
     assert now - first.replicas.get("r2").last_chosen < 0.5  # in flight in the worker: used now
     assert 0 <= now - first.replicas.get("r1").last_chosen < 0.5
     assert first.replicas.get("r1").in_flight == 0  # worker 0's own count of its requests is its own
+
+
+async def test_a_workers_get_leader_answers_what_worker_0s_does(aiohttp_client):
+    from aiohttp import web
+
+    from llmgw.server import workers
+
+    first = gateway([{"name": "a", "endpoints": [{"url": "http://e1:8000/v1"}]}])
+    first.control = SimpleNamespace(plane=None, disabled_reason="control.enabled is false")
+    app = web.Application()
+    workers.serve_leader(app)
+    client = await aiohttp_client(app)
+    workers._leader_seen = None
+    resp = await client.get("/leader")
+    assert resp.status == 503 and "no word from worker 0" in (await resp.json())["error"]
+    worker = gateway([{"name": "a", "endpoints": [{"url": "http://e1:8000/v1"}]}])
+    apply(worker, snapshot(first))
+    resp = await client.get("/leader")
+    assert resp.status == 503 and (await resp.json())["error"] == "control.enabled is false"
+    leading = {"leader": True, "holder": "cp-1", "epoch": 3}
+    first.control = SimpleNamespace(plane=SimpleNamespace(leadership=SimpleNamespace(describe=lambda: leading)))
+    apply(worker, snapshot(first))
+    resp = await client.get("/leader")
+    assert resp.status == 200 and await resp.json() == leading

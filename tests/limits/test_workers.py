@@ -159,6 +159,17 @@ def test_two_workers_on_one_port_share_a_budget_and_a_killed_one_is_started_agai
         listening(config, 2)
         children = _children(server.pid)
         assert len(children) == 1, children
+        import urllib.error
+        import urllib.request
+
+        statuses = set()
+        for _ in range(20):  # each on a connection of its own, so both workers answer some: none says 404
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/leader", timeout=10)
+            except urllib.error.HTTPError as exc:
+                statuses.add((exc.code, exc.read()))
+        assert len(statuses) == 1 and next(iter(statuses))[0] == 503, statuses  # worker 0's answer, from either
+        assert b"control" in next(iter(statuses))[1]
         answers = asyncio.run(ask(port, secret, 50, max_tokens=100))
         ok = [a for a in answers if not isinstance(a, Exception)]
         refused = [a for a in answers if isinstance(a, openai.RateLimitError)]
