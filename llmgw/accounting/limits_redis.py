@@ -447,3 +447,23 @@ class SharedLimitsCollector:
         local = CounterMetricFamily("llmgw_limits_local", defn("llmgw_limits_local_total").help)
         local.add_metric([], self.shared.local_count)
         yield local
+
+
+async def probe(limits) -> tuple[bool, str]:
+    """Whether limits.store's Redis answers now (``llmgw doctor``), and what to say of it."""
+    address = where(limits.store)
+    try:
+        client = connect(limits.store, password_file=limits.password_file, ca_file=limits.ca_file,
+                         timeout=max(1.0, limits.timeout.total_seconds()))
+    except OSError as exc:
+        return False, f"the limits store {address} cannot be used: {exc}; check limits.password_file and limits.ca_file"
+    try:
+        info = await client.info("server")
+        return True, f"the limits store {address} answers (Redis {info.get('redis_version', '?')})"
+    except Exception as exc:  # noqa: BLE001 - whatever keeps it from answering is the finding
+        what = ("clients are refused (503) while it is down" if limits.on_store_down == "refuse"
+                else "each process counts limits on its own while it is down")
+        return False, (f"the limits store {address} does not answer: {exc or type(exc).__name__}; {what} "
+                       "(limits.on_store_down); check limits.store in server.yaml and that the Redis runs")
+    finally:
+        await client.aclose()

@@ -297,6 +297,11 @@ async def run_checks(layout: Layout) -> list[Finding]:
                 out.append(_certificate("ca", config.agent_tls.ca, now))
             stored = await _store(config)
             out += stored if isinstance(stored, list) else [stored]  # a PostgreSQL store: its members too
+            if config.limits.shared:  # shared limits: the Redis every worker and gateway counts in
+                from llmgw.accounting.limits_redis import probe
+
+                ok, text = await probe(config.limits)
+                out.append(Finding("limits store", OK if ok else PROBLEM, text))
             fw = _firewall(layout)
             if fw:
                 out.append(fw)
