@@ -119,8 +119,9 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
             metrics_runner = web.AppRunner(make_metrics_app(app[METRICS]), access_log=None, shutdown_timeout=2)
             await metrics_runner.setup()
             m_host, m_port = split_address(config.metrics_listen)
+            m_port += worker  # workers: worker I's own metrics on metrics_listen's port + I
             await web.TCPSite(metrics_runner, _host(m_host), m_port).start()
-            logs.event(log, "metrics listening", address=config.metrics_listen)
+            logs.event(log, "metrics listening", address=f"{m_host}:{m_port}", worker=worker)
         await stop.wait()
         logs.event(log, "stopping: no new connections, finishing requests in flight", drain_s=drain_seconds)
     finally:

@@ -2,12 +2,13 @@
 
 The process `llmgw server` starts (worker 0) runs as with one worker — the
 control plane (leadership, the reconciler, the agent port), the admin API,
-the metrics listener, the catalog follow — and serves clients on `listen`
+the catalog follow — and serves clients on `listen`
 with SO_REUSEPORT set, so the kernel spreads new connections over every
 process listening there. It starts N-1 more (`WorkerPool`): the same
 program (`llmgw.pyz server --config …`, or `python -m llmgw …`) with
 `LLMGW_WORKER=i` in their environment, which makes `llmgw.server.run` serve
-the client API only there (no control plane, admin API or metrics listener).
+the client API only there (no control plane or admin API; their own metrics
+on metrics_listen's port + i).
 
 What those need of worker 0 comes down their standard input, a frame
 (4-byte length, pickle) each time it changes, checked twice a second: the

@@ -189,6 +189,26 @@ def test_two_workers_on_one_port_share_a_budget_and_a_killed_one_is_started_agai
     assert "worker exited; starting it again" in log and log.count("worker started") == 2
 
 
+def _taken(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return False
+        except OSError:
+            return True
+
+
+def _requests_ok(port: int) -> float:
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(float(v) for v in re.findall(r'^llmgw_requests_total\{[^}]*model="m"[^}]*outcome="ok"[^}]*\} (\S+)$',
+                                            text, re.M))
+
+
 def listening(config: str, count: int, within: float = 60) -> None:
     """Wait until `count` processes of the server logged that they listen."""
     deadline = time.monotonic() + within
@@ -246,7 +266,11 @@ def test_two_workers_together_send_a_replica_no_more_than_its_concurrency(tmp_pa
     assert b"listening on" in sim.stdout.readline()
     secret = asyncio.run(make_key(tmp_path, rpm=10_000))
     port = free_port()
-    config = write_config(tmp_path, "c", port, sim_port, redis_server.url, concurrency=4, workers=2)
+    metrics = free_port()
+    while _taken(metrics + 1):
+        metrics = free_port()
+    config = write_config(tmp_path, "c", port, sim_port, redis_server.url, concurrency=4, workers=2,
+                          metrics=f"127.0.0.1:{metrics}")
     server = start(config)
     seen: list[float] = []
 
@@ -272,6 +296,9 @@ def test_two_workers_together_send_a_replica_no_more_than_its_concurrency(tmp_pa
         assert not [a for a in answers if isinstance(a, Exception)], answers
         assert seen and max(seen) <= 4, max(seen)
         assert max(seen) >= 3  # both workers sent to it (each may send 2)
+        # each worker's own metrics, worker I on metrics_listen's port + I: together, every request
+        served = [_requests_ok(metrics + i) for i in (0, 1)]
+        assert sum(served) == 40 and min(served) > 0, served
         children = _children(server.pid)
         assert len(children) == 1
         server.kill()  # worker 0 killed: the other sees its pipe end and stops on its own
