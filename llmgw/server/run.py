@@ -115,7 +115,7 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
             from llmgw.server.workers import WorkerPool
             pool = WorkerPool(app[GATEWAY], count=config.workers, config_path=config_path, drain_seconds=drain_seconds)
             await pool.start()
-        if config.metrics_listen and not worker:
+        if config.metrics_listen:
             metrics_runner = web.AppRunner(make_metrics_app(app[METRICS]), access_log=None, shutdown_timeout=2)
             await metrics_runner.setup()
             m_host, m_port = split_address(config.metrics_listen)
