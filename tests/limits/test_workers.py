@@ -187,6 +187,19 @@ def test_two_workers_on_one_port_share_a_budget_and_a_killed_one_is_started_agai
     assert server.returncode == 0
     log = open(config + ".log").read()
     assert "worker exited; starting it again" in log and log.count("worker started") == 2
+    assert 0 < asyncio.run(_spent_today(tmp_path)) <= 600  # what the store settled: within the budget
+
+
+async def _spent_today(tmp_path) -> int:
+    import datetime as dt
+
+    store = await open_store(str(tmp_path / "llmgw.db"))
+    try:
+        project = await Tenancy(store, actor="tester").scope("project:acme/app")
+        today = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        return await store.spend_since("project", project.id, today)
+    finally:
+        await store.close()
 
 
 def _taken(port: int) -> bool:
