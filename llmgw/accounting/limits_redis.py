@@ -325,7 +325,10 @@ class SharedLimits:
             try:
                 answer = await self._admit(keys=keys, args=args)
             except Exception as exc:  # noqa: BLE001 - a pooled connection to a Redis since restarted: once more
-                if not _is_outage(exc) or not self.up:
+                import redis.exceptions as rx
+
+                # only a connection that failed at once (reset, refused), not a timeout: limits.timeout stays the most
+                if not isinstance(exc, rx.ConnectionError) or isinstance(exc, rx.TimeoutError) or not self.up:
                     raise
                 answer = await self._admit(keys=keys, args=args)
         except Exception as exc:  # noqa: BLE001 - any failure to reach or run on the Redis is an outage
