@@ -32,6 +32,7 @@ from urllib.parse import quote
 import aiohttp
 import attrs
 
+from llmgw.durable import fsync_dir
 from llmgw.release.checksums import SIG, SUMS, SignatureError, parse_sums
 from llmgw.release.store import RELEASES, RELEASE_NAME
 from llmgw.release.trust import TrustSet
@@ -176,7 +177,7 @@ async def replace_program(program: Path, *, version: str, mirror: str, trust: Tr
             os.replace(partial, program)
         finally:
             partial.unlink(missing_ok=True)
-        _fsync_dir(program.parent)
+        fsync_dir(program.parent)
         return Replaced(program, version, previous, digest)
     finally:
         if own:
@@ -212,18 +213,5 @@ def put_back_previous(program: Path) -> Replaced:
         os.replace(swap, previous)
     finally:
         swap.unlink(missing_ok=True)
-    _fsync_dir(program.parent)
+    fsync_dir(program.parent)
     return Replaced(program, version, previous)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

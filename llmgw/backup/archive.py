@@ -41,6 +41,7 @@ from typing import IO, TYPE_CHECKING, Any
 import attrs
 
 from llmgw.compat import fromisoformat
+from llmgw.durable import fsync_dir
 
 if TYPE_CHECKING:
     from llmgw.backup.seal import Opener, Sealer
@@ -321,20 +322,6 @@ class _HashingWriter(io.RawIOBase):
         self.digest.update(data)
         self.size += len(data)
         return len(data)
-
-
-def fsync_dir(folder: str) -> None:
-    """Make a rename in `folder` durable (where the platform allows opening a folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def write_archive(folder: str, manifest: Manifest, staged: dict[str, str],

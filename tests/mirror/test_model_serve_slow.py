@@ -25,6 +25,7 @@ from llmgw.testing.tiny_gguf import write_tiny_gguf, write_vocab_gguf
 from llmgw.wire import messages as w
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from control.test_rollout_slow import _job  # noqa: E402
 from control.test_runtime_catalog import Admin, config_for  # noqa: E402
 from control.test_service import EngineStartingAgent, free_port, until  # noqa: E402
 
@@ -39,16 +40,6 @@ class LlamaNode(EngineStartingAgent):
         return attrs.evolve(reg, engines={"llamacpp": "b5000", "sim": "1"},
                             inventory=w.Inventory(cpu=w.CpuInfo(cores=8), memory_total_bytes=16 << 30,
                                                   memory_available_bytes=12 << 30))
-
-
-async def _job(admin: Admin, job_id: str, timeout: float = 30.0) -> dict:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        job = await admin.call("GET", f"/jobs/{job_id}")
-        if job["state"] in ("done", "failed"):
-            return job
-        assert asyncio.get_running_loop().time() < deadline, f"job {job_id} still {job['state']}: {job['now']}"
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
