@@ -261,6 +261,8 @@ class Catalog:
         self.rollouts = Rollouts()
         #: federation: the peers of server.yaml, whose PEER/MODEL names a model may have as fallbacks
         self.federation_peers: frozenset[str] = frozenset()
+        #: what a model's source may not be here, in words ("" when it may): an offline site's rule
+        self.source_problem: Callable[[str], str] = lambda source: ""
         self._rebuild([])
 
     # -- reading ------------------------------------------------------------
@@ -368,6 +370,8 @@ class Catalog:
             problems.append("endpoints: a model forwarded to a provider is declared in server.yaml")
         if not model.profiles:
             problems.append("profiles: give at least one, saying how the model runs on the nodes")
+        if (source_problem := self.source_problem(model.source or "")):
+            problems.append(f"source: {source_problem}")
         problems += self._problems(model)
         taken = self._names.get(model.name)
         if taken is not None and self._models[taken].origin == "file":

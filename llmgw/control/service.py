@@ -140,6 +140,9 @@ class ControlPlane:
         self.standby_hold = standby_hold
         self.inventory = Inventory()
         self.catalog = Catalog(config.models, store, engines, on_change=self._catalog_changed)
+        from llmgw.bundle.offline_settings import source_problem
+
+        self.catalog.source_problem = lambda source: source_problem(config.mirror, source)  # mirror.offline
         self.catalog.federation_peers = frozenset(p.name for p in config.federation.peers)  # federation
         if ssl_context is None and not config.agent_insecure:
             from llmgw import pki

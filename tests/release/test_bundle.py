@@ -261,3 +261,29 @@ def test_the_release_inside_is_held_to_its_own_signature(site, llmgw, tmp_path):
     ran = llmgw("bundle", "import", bundle, "--mirror", tmp_path / "m", "--trust", other / "llmgw-release.pub",
                 "--trust", site["pub"])
     assert ran.code == 0, ran.err
+
+
+async def test_an_offline_cluster_refuses_a_model_added_at_run_time_with_weights_outside_its_mirror(tmp_path):
+    from llmgw.control.catalog import CatalogError
+    from llmgw.control.service import ControlPlane
+    from llmgw.plugins.manager import load_plugins
+    from llmgw.router.replicas import ReplicaSet
+    from llmgw.store import open_store
+
+    config = parse_server_config({"store": {"dsn": str(tmp_path / "store.db")}, "agent_insecure": True,
+                                  "mirror": {"url": "http://models.internal:8081", "offline": True}})
+    store = await open_store(str(tmp_path / "store.db"))
+    try:
+        plane = ControlPlane(config, store, ReplicaSet(), engines=load_plugins(allow=None).engines(), holder="cp-1")
+        await plane.catalog.load()
+        outside = {"name": "a", "engine": "sim", "profiles": [{"name": "cpu"}],
+                   "source": "https://huggingface.co/acme/a/resolve/main/a.gguf"}
+        with pytest.raises(CatalogError) as refused:
+            await plane.catalog.add(outside, actor="ann")
+        assert any(p.startswith("source: https://huggingface.co/acme/a/resolve/main/a.gguf: outside the mirror")
+                   for p in refused.value.problems)
+        assert plane.catalog.get("a") is None
+        inside = {**outside, "source": "http://models.internal:8081/a/2025-06-01/a.gguf"}
+        assert (await plane.catalog.add(inside, actor="ann")).name == "a"
+    finally:
+        await store.close()
