@@ -7,6 +7,10 @@ the binaries its tests are skipped, unless the environment variable CI is
 set, where that is a failure. A server left behind by a run that was killed
 (its ``owner.pid`` names a process that is gone) is stopped and removed
 when the next run starts one.
+
+Engines a real agent started outlive it by design (a new agent adopts
+them); one a test leaves behind is ended when the session ends, and named
+(``pytest_sessionfinish`` below), so one run's engines never answer the next.
 """
 
 from __future__ import annotations
@@ -28,6 +32,41 @@ import pytest
 from llmgw.agent.procs import pid_running
 
 PG_GLOB = "/usr/lib/postgresql/*/bin"
+#: Inherited by everything this session starts: how its leftover engines are told from another session's.
+TEST_SESSION_ENV = "LLMGW_TEST_SESSION"
+os.environ.setdefault(TEST_SESSION_ENV, uuid.uuid4().hex)
+
+
+def _leftover_engines() -> list[tuple[int, str]]:
+    """(pid, the test that started it) of engines this session started that still run."""
+    mark = f"{TEST_SESSION_ENV}={os.environ[TEST_SESSION_ENV]}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if mark in env and any(v.startswith(b"LLMGW_SHARD_ID=") for v in env):
+            test = next((v.split(b"=", 1)[1].decode(errors="replace") for v in env
+                         if v.startswith(b"PYTEST_CURRENT_TEST=")), "?")
+            found.append((int(entry), test))
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import signal
+
+    left = _leftover_engines() if os.path.isdir("/proc") else []
+    for pid, _test in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if left:
+        tests = sorted({t.removesuffix(" (call)").removesuffix(" (setup)") for _pid, t in left})
+        print(f"\nended {len(left)} engine(s) left running by: {', '.join(tests)}")
 
 
 def find_postgres_bin() -> Path | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,13 @@ def netns():
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
+        # the engines the agent started outlive it by design (a new agent adopts them): end whatever is left
+        left = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
+        for pid in left:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
