@@ -90,7 +90,9 @@ def snapshot(gateway) -> bytes:
                 for r in sorted(gateway.replicas, key=lambda r: r.id)]
     models = list(getattr(gateway.catalog, "configs", []))
     return pickle.dumps({"replicas": replicas, "models": models, "declared_only": gateway.catalog.declared_only,
-                         "leader": leader_answer(gateway)})
+                         "leader": leader_answer(gateway),
+                         # why none serves (a standby whose copy of the leader's replicas is stale), said by all
+                         "unavailable_reason": getattr(gateway.replicas, "unavailable_reason", "")})
 
 
 def leader_answer(gateway) -> tuple[dict, int] | None:
@@ -151,6 +153,7 @@ def apply(gateway, frame: bytes) -> None:
     if view.get("leader") is not None:
         _leader_seen = view["leader"]
     gateway.catalog.set_models(view["models"], declared_only=view["declared_only"])
+    gateway.replicas.unavailable_reason = view.get("unavailable_reason", "")
     wanted = {r["id"]: r for r in view["replicas"]}
     for replica in list(gateway.replicas):
         if replica.id not in wanted or wanted[replica.id]["model"] != replica.model:

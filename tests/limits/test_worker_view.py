@@ -85,3 +85,14 @@ async def test_a_workers_get_leader_answers_what_worker_0s_does(aiohttp_client):
     apply(worker, snapshot(first))
     resp = await client.get("/leader")
     assert resp.status == 200 and await resp.json() == leading
+
+
+def test_a_worker_says_why_no_replica_serves_as_worker_0_does():
+    first = gateway([{"name": "a", "endpoints": [{"url": "http://e1:8000/v1"}]}])
+    worker = gateway([{"name": "a", "endpoints": [{"url": "http://e1:8000/v1"}]}])
+    first.replicas.unavailable_reason = "this standby's copy of the leader's replicas is 7 s old"
+    apply(worker, snapshot(first))
+    assert worker.replicas.unavailable_reason == "this standby's copy of the leader's replicas is 7 s old"
+    first.replicas.unavailable_reason = ""
+    apply(worker, snapshot(first))
+    assert worker.replicas.unavailable_reason == ""
