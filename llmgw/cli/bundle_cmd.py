@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from llmgw.cli.common import add_json_flag, print_json
+from llmgw.cli.common import add_json_flag, print_json, usage_of
 from llmgw.cli.release_cmd import known_errors, trust_arguments, trust_of
 
 HELP = "Offline bundles for sites with no internet: create one, check it, import it into a mirror."
@@ -15,7 +15,7 @@ DEFAULT_MIRROR = "/srv/models"
 
 def register(sub) -> None:
     parser = sub.add_parser("bundle", help=HELP, description=HELP)
-    parser.set_defaults(handler=_no_subcommand(parser))
+    parser.set_defaults(handler=usage_of(parser, "bundle"))
     cmds = parser.add_subparsers(dest="bundle_command", metavar="SUBCOMMAND", parser_class=type(parser))
 
     p = cmds.add_parser("create", help="make a signed bundle: a release, engines, wheels and models",
@@ -68,14 +68,6 @@ def register(sub) -> None:
     add_json_flag(p)
     p.set_defaults(handler=run_import)
 
-
-def _no_subcommand(parser: argparse.ArgumentParser):
-    def handler(args: argparse.Namespace) -> int:
-        parser.print_usage(sys.stderr)
-        print("llmgw bundle: name a subcommand; `llmgw bundle --help` lists them", file=sys.stderr)
-        return 2
-
-    return handler
 
 
 def _errors() -> tuple[type[BaseException], ...]:

@@ -37,3 +37,14 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip())
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def usage_of(parser: argparse.ArgumentParser, what: str) -> Callable[[argparse.Namespace], int]:
+    """A handler for a group named without a subcommand: its usage and one line, exit 2."""
+
+    def handler(args: argparse.Namespace) -> int:
+        parser.print_usage(sys.stderr)
+        print(f"llmgw {what}: name a subcommand; `llmgw {what} --help` lists them", file=sys.stderr)
+        return 2
+
+    return handler

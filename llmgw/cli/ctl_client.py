@@ -25,6 +25,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from llmgw.cli.common import usage_of  # noqa: F401 - the ctl modules take it from here
+
 ENV_URL = "LLMGW_ADMIN_URL"
 ENV_TOKEN = "LLMGW_ADMIN_TOKEN"
 DEFAULT_URL = "http://127.0.0.1:9090"
@@ -218,12 +220,3 @@ def register_leaf(parser: argparse.ArgumentParser, fn: Callable[[argparse.Namesp
     parser.set_defaults(handler=ctl_command(fn))
 
 
-def usage_of(parser: argparse.ArgumentParser, what: str) -> Callable[[argparse.Namespace], int]:
-    """A handler for a group named without a subcommand: its usage and one line, exit 2."""
-
-    def handler(args: argparse.Namespace) -> int:
-        parser.print_usage(sys.stderr)
-        print(f"llmgw {what}: name a subcommand", file=sys.stderr)
-        return 2
-
-    return handler

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from llmgw.cli.common import add_json_flag, print_json, print_table
+from llmgw.cli.common import add_json_flag, print_json, print_table, usage_of
 
 HELP = "Keep model files for the whole cluster: serve, add, list, verify, remove, import."
 DEFAULT_DIR = "/srv/models"
@@ -15,7 +15,7 @@ DEFAULT_DIR = "/srv/models"
 
 def register(sub) -> None:
     parser = sub.add_parser("mirror", help=HELP, description=HELP)
-    parser.set_defaults(handler=_no_subcommand(parser))
+    parser.set_defaults(handler=usage_of(parser, "mirror"))
     cmds = parser.add_subparsers(dest="mirror_command", metavar="SUBCOMMAND", parser_class=type(parser))
 
     p = cmds.add_parser("serve", help="serve the files (plain HTTP) and the API (TLS)",
@@ -114,14 +114,6 @@ def register(sub) -> None:
     _dir(p)
     p.set_defaults(handler=run_offline)
 
-
-def _no_subcommand(parser: argparse.ArgumentParser):
-    def handler(args: argparse.Namespace) -> int:
-        parser.print_usage(sys.stderr)
-        print("llmgw mirror: name a subcommand; `llmgw mirror --help` lists them", file=sys.stderr)
-        return 2
-
-    return handler
 
 
 def _dir(p: argparse.ArgumentParser) -> None:

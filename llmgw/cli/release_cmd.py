@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from llmgw.cli.common import add_json_flag, print_json
+from llmgw.cli.common import add_json_flag, print_json, usage_of
 
 HELP = "Sign llmgw releases and verify them: keygen, sign, verify (Ed25519, docs/releases.md)."
 #: The control plane's server.yaml, whose releases keys are taken when it is there and --config names none.
@@ -15,7 +15,7 @@ DEFAULT_CONFIG = "/etc/llmgw/server.yaml"
 
 def register(sub) -> None:
     parser = sub.add_parser("release", help=HELP, description=HELP)
-    parser.set_defaults(handler=_no_subcommand(parser))
+    parser.set_defaults(handler=usage_of(parser, "release"))
     cmds = parser.add_subparsers(dest="release_command", metavar="SUBCOMMAND", parser_class=type(parser))
 
     p = cmds.add_parser("keygen", help="make a release signing key pair",
@@ -74,14 +74,6 @@ def known_errors() -> tuple[type[BaseException], ...]:
 
     return (ConfigError, SignatureError, KeyError_, OSError)
 
-
-def _no_subcommand(parser: argparse.ArgumentParser):
-    def handler(args: argparse.Namespace) -> int:
-        parser.print_usage(sys.stderr)
-        print("llmgw release: name a subcommand; `llmgw release --help` lists them", file=sys.stderr)
-        return 2
-
-    return handler
 
 
 def _fail(command: str, exc: BaseException) -> int:
@@ -154,7 +146,7 @@ def register_mirror(mirror_cmds, add_dir) -> None:
                                     description="Keep llmgw releases in the mirror (MIRROR/_llmgw/releases/VERSION/) "
                                     "for nodes and upgrades to fetch. Only a release that `llmgw release verify` "
                                     "accepts is taken in.")
-    parser.set_defaults(handler=_no_subcommand(parser))
+    parser.set_defaults(handler=usage_of(parser, "mirror release"))
     cmds = parser.add_subparsers(dest="mirror_release_command", metavar="SUBCOMMAND", parser_class=type(parser))
     p = cmds.add_parser("add", help="verify a release folder and copy it into the mirror",
                         description="Verify RELEASE_DIR as `llmgw release verify` does, then copy it into the mirror "
