@@ -69,7 +69,8 @@ async def _engine():
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
 
 
-async def _use_the_gateway(store_dsn: str, secret: str, member_secret: str) -> None:
+async def _use_the_gateway(store_dsn: str, secret: str, member_secret: str) -> str:
+    """Use the gateway as the person would; the id of the batch they made."""
     """The person's requests through a real gateway with the real key resolver, on a store of its own
     (the same database), closed with it: with their personal key an answer kept, a file, a batch; with
     their member key a turn of a project's thread and a memory note."""
@@ -92,8 +93,8 @@ async def _use_the_gateway(store_dsn: str, secret: str, member_secret: str) -> N
                 "body": {"model": "m", "messages": [{"role": "user", "content": PROMPT}]}}
         uploaded = await client.files.create(file=("mine.jsonl", (json.dumps(line) + "\n").encode()),
                                              purpose="batch")
-        await client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
-                                    completion_window="24h", metadata={"owner": NAME})
+        batch = await client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                            completion_window="24h", metadata={"owner": NAME})
         member = openai.AsyncOpenAI(base_url=client.base_url, api_key=member_secret, max_retries=0)
         try:
             await member.chat.completions.create(model="m", messages=[{"role": "user", "content": PROMPT}],
@@ -112,6 +113,7 @@ async def _use_the_gateway(store_dsn: str, secret: str, member_secret: str) -> N
         await runner.cleanup()
         await engine.cleanup()
         await store.close()
+    return batch.id
 
 
 def _usage(request_id: str, at: dt.datetime, user_id: str, key_id: str, cost: int, email: str,
@@ -174,7 +176,7 @@ async def test_forget_leaves_no_trace_of_the_person_and_keeps_usage_sums(store, 
     train = await t.find("acme/ml/train")
     await store.set_project_features(train.id, actor="test", threads=True, memory=True)
     bob_note = await store.put_memory_note(train.id, "default", "bobs", "Bob Other's note", user_id=bob.id)
-    await _use_the_gateway(store_dsn, personal.secret, member.secret)
+    batch_id = await _use_the_gateway(store_dsn, personal.secret, member.secret)
     await store.enqueue_mail(kind="reset_link", to=EMAIL.lower(), subject="Set a new password",
                              body=f"Hello {NAME}: https://llm.example.com/reset/abc")
     at = clock.now
@@ -185,10 +187,14 @@ async def test_forget_leaves_no_trace_of_the_person_and_keeps_usage_sums(store, 
     before = await _sums(store)
     assert before[0] == 3
 
+    batch = await store.get_batch(batch_id)
+    # the input, and the batch's output and error files once the batch worker has run it (a race with the test)
+    their_files = 1 + sum(1 for f in (batch.output_file_id, batch.error_file_id) if f)
+
     report = await t.forget_user(EMAIL)
     assert report is not None and report.pseudonym.startswith("forgotten-") and not report.already_forgotten
     assert (report.keys_revoked, report.sessions, report.reset_links, report.memberships) == (2, 1, 1, 1)
-    assert report.responses == 1 and report.batches == 1 and report.files == 1 and report.limits == 1
+    assert report.responses == 1 and report.batches == 1 and report.files == their_files and report.limits == 1
     assert report.mail == 1 and await store.list_mail() == []
     assert report.thread_turns == 1 and report.memory_notes == 1
     assert await store.get_thread_turns(train.id, "notes-1") == []
