@@ -47,6 +47,7 @@ __all__ = [
     "ModelRole",
     "Capabilities",
     "JudgeSpec",
+    "AdapterConfig",
     "GuardMode",
     "TracingConfig",
     "BudgetsConfig",
@@ -673,6 +674,16 @@ class JudgeSpec:
 
 
 @attrs.frozen
+class AdapterConfig:
+    """A LoRA adapter served beside its base model, asked for as BASE:NAME or by its own name."""
+
+    name: str = setting(doc="The adapter's name: clients ask for BASE:NAME or NAME; unique in the catalog.")
+    source: str = setting(doc="Where its file comes from, as a model's source: a path on the mirror, a URL or a registry.")
+    sha256: str = setting("", doc="The file's SHA-256 the node checks after fetching it; empty checks none.")
+    scale: float = setting(1.0, doc="How strongly it is applied (llama.cpp's scale); 1 applies it as trained.")
+
+
+@attrs.frozen
 class ModelConfig:
     """A model in the catalog: run on the cluster (profiles) or forwarded to a provider (endpoints)."""
 
@@ -715,6 +726,12 @@ class ModelConfig:
         doc="model serves clients; guard makes it the guardrails' judge, hidden from clients and refused to every key.",
     )
     guard: JudgeSpec = section(JudgeSpec, doc="How a judge (role guard) is asked.")
+    adapters: list[AdapterConfig] = setting(
+        factory=list, doc="LoRA adapters its replicas serve beside it (docs/adapters.md)."
+    )
+    max_adapters: int = setting(
+        0, doc="Adapters one replica holds at once, loaded on first request (vLLM, sim); 0 loads every adapter at start."
+    )
 
 
 @attrs.frozen

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from llmgw.adapters import declared as adapters_declared
 from llmgw.config.mail import EMAIL_SINK, email_sink_problems, mail_problems
 from llmgw.config.agent import AgentConfig
 from llmgw.config.errors import Problem
@@ -539,6 +540,9 @@ def _models(models: list[ModelConfig], peers: frozenset[str] = frozenset()) -> l
                 owners[name] = f"models[{index}] ({model.name})"
     for index, model in enumerate(models):
         problems += _model(index, model, owners, peers)
+        problems += [Problem(("models", index, *where), text) for where, text in adapters_declared.model_problems(model)]
+    problems += [Problem(("models", index, *where), text)  # adapters: names unique across the catalog
+                 for index, where, text in adapters_declared.catalog_problems(models)]
     return problems
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from llmgw.adapters import declared as adapters_declared
 from llmgw.config.errors import format_path
 from llmgw.config.load import ConfigError, make_converter, parse_server_config
 from llmgw.config.server import ModelConfig, Scaling
@@ -216,7 +217,7 @@ def check_engines(model: ModelConfig, engines: Mapping[str, Engine] | None) -> l
                             f"or use an engine that spans nodes ({able})")
         for problem in engine.validate(list(profile.args), dict(profile.env)):
             problems.append(f"{where}: {problem}")
-    return problems
+    return problems + adapters_declared.engine_problems(model, engines)  # adapters: engines that load them
 
 
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$")
@@ -380,6 +381,7 @@ class Catalog:
             owner = self._names.get(alias)
             if owner is not None and owner != model.name:
                 problems.append(f"aliases: {alias!r} already names {owner}")
+        problems += adapters_declared.clashes_with(model, [m.config for m in self._models.values()])  # adapters
         for index, fallback in enumerate(model.fallbacks):
             if fallback == model.name or fallback in model.aliases:
                 problems.append(f"fallbacks[{index}]: names the model itself")
@@ -388,7 +390,8 @@ class Catalog:
                 problems.append(f"fallbacks[{index}]: no model called {fallback!r} is in the catalog; "
                                 f"there are: {known}")
         if problems:
-            clash = all("declared in server.yaml" in p or "already names" in p for p in problems)
+            clash = all("declared in server.yaml" in p or "already names" in p or "already an adapter" in p
+                        for p in problems)  # adapters: a name taken by one is a clash too
             raise CatalogError(subject, problems, conflict=clash)
         return model
 

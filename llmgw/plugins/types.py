@@ -21,6 +21,15 @@ if TYPE_CHECKING:
 
 
 @attrs.frozen
+class AdapterFile:
+    """adapters: a LoRA adapter the agent fetched for a replica, to load beside its model."""
+
+    name: str  #: the name the engine serves it by (the adapter's own, not BASE:NAME)
+    path: str  #: the local file (GGUF for llama.cpp) or folder (PEFT for vLLM)
+    scale: float = 1.0
+
+
+@attrs.frozen
 class LaunchSpec:
     """What the agent asks an engine to run for one replica shard."""
 
@@ -45,6 +54,10 @@ class LaunchSpec:
     dist_port: int = 0
     tensor_parallel: int = 0
     pipeline_parallel: int = 0
+    #: adapters: the model's LoRA adapters, fetched, in their declared order (the index is llama.cpp's id)
+    adapters: Sequence[AdapterFile] = ()
+    #: adapters: how many one replica holds at once, loaded on demand (0: every one of `adapters` at start)
+    max_adapters: int = 0
 
 
 @attrs.frozen
@@ -69,6 +82,9 @@ class Engine(abc.ABC):
     #: engine metric name -> llmgw's meaning (running, waiting, kv_cache_usage,
     #: prefix_cache_queries, prefix_cache_hits).
     metrics: ClassVar[Mapping[str, str]] = {}
+    #: adapters: how it loads LoRA adapters: "start" (all at launch), "runtime" (at launch or on demand,
+    #: by vLLM's /v1/load_lora_adapter), or "" (not at all)
+    adapter_loading: ClassVar[str] = ""
 
     #: What a profile may pass: the allowed flags and variables (llmgw.plugins.engine_args.ArgPolicy).
     #: An engine that declares none takes no profile args or env at all.

@@ -13,6 +13,7 @@ class LlamaCppEngine(Engine):
     name = "llamacpp"
     description = "llama.cpp's llama-server: GGUF models on GPUs or CPU"
     devices = ("cpu", "gpu")
+    adapter_loading = "start"  # adapters: see plan()
     metrics = {
         "llamacpp:requests_processing": "running",
         "llamacpp:requests_deferred": "waiting",

@@ -12,6 +12,7 @@ class SimEngine(Engine):
     name = "sim"
     description = "simulated engine (llmgw sim-engine): OpenAI API, vLLM metrics, no GPU needed"
     devices = ("cpu", "gpu")
+    adapter_loading = "runtime"  # adapters: see plan()
     metrics = {
         "vllm:num_requests_running": "running",
         "vllm:num_requests_waiting": "waiting",

@@ -13,6 +13,7 @@ class VllmEngine(Engine):
     description = "vLLM's OpenAI-compatible server (python -m vllm.entrypoints.openai.api_server)"
     devices = ("gpu",)
     multi_node = True
+    adapter_loading = "runtime"  # adapters: see plan()
     metrics = {
         "vllm:num_requests_running": "running",
         "vllm:num_requests_waiting": "waiting",
