@@ -25,8 +25,12 @@ says what it is doing, done when the node says it is installed and failed
 in the installer's words (`engine_install`, fed by engine_provisioning.py).
 Its `model` reads `vllm on gpu-a`.
 
-Jobs are kept in the leader's memory only, since it started: each one still
-running, and the last `KEEP_ENDED` that ended.
+Jobs are kept in the leader's memory, since it started: each one still
+running, and the last `KEEP_ENDED` that ended. The jobs a task drives (update,
+canary, promote, rollback, serve: llmgw.control.job_driver) are also kept in
+the store while they run, so the next leader carries them on after a leader
+change (`restore` puts one back among its jobs, under its own id, with its
+steps so far).
 """
 
 from __future__ import annotations
@@ -195,6 +199,15 @@ class Jobs(ReconcilerObserver):
                   after_pass=self._passes)
         self._jobs[job.id] = job
         self._step(job, first or _first_step(job))
+        return job
+
+    def restore(self, job_id: str, model: str, kind: str, by: str, started: float, steps: list[JobStep]) -> Job:
+        """A job a former leader ran, as its record in the store left it, followed here from now on."""
+        job = self._jobs.pop(job_id, None) or Job(id=job_id, model=model, kind=kind, by=by, started=started)
+        job.state, job.ended, job.after_pass = "running", None, self._passes
+        job.steps = list(steps)
+        job.now = steps[-1].text if steps else ""
+        self._jobs[job.id] = job
         return job
 
     def get(self, job_id: str) -> Job | None:

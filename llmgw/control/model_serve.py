@@ -26,6 +26,13 @@ asked (the name free and valid, the options, a mirror to fetch into): a
 refusal changes nothing. A step that fails ends the job failed with the
 reason; what an earlier step did stays (the files in the mirror, a model
 added), and the job says so, so the operator can remove it or try again.
+
+The job is kept in the store at three stages (llmgw.control.job_driver):
+`fetching` (steps 1 and 2), `adding` (the definition chosen) and `starting`
+(steps 4 and 5). A new leader carries it on from its stage: the mirror is
+asked again (it fetches nothing it holds already, and a fetch under way is
+joined, not repeated), a definition already added is not added again, and
+the wait and the hello are asked again.
 """
 
 from __future__ import annotations
@@ -156,7 +163,8 @@ def _profile_name(way, index: int) -> str:
 class ModelServing(JobDriver):
     """The leader's `serve` jobs: fetch, plan, add, start, say hello."""
 
-    cancelled_words = "stopped: this control plane stopped leading; what was fetched or added stays"
+    cancelled_words = "stopped: what was fetched or added stays"
+    kinds = ("serve",)
 
     def __init__(self, plane, *, ssl_context: ssl.SSLContext | None = None, **kwargs: Any) -> None:
         super().__init__(plane, **kwargs)
@@ -183,8 +191,24 @@ class ModelServing(JobDriver):
         if self.busy(key):
             raise RolloutError(f"{key} is being served already; `llmgw ctl jobs` follows it", "conflict")
         job = self._job(ask.name or ask.source, "serve", actor, f"{actor} asked to serve {ask.source}")
+        await self._record(job, "fetching", ask=_ask_json(ask), actor=actor, key=key)
         self._run(key, job, self._serve(job, ask, actor))
         return job
+
+    async def _resume(self, job: Job, record) -> Any:
+        args = record.args
+        try:
+            ask = ServeAsk.parse(args.get("ask") or {})
+        except RolloutError as exc:
+            raise JobStopped(f"what it was asked cannot be read back ({exc}); nothing more was done") from None
+        actor = str(args.get("actor") or record.by)
+        if record.stage == "fetching":
+            return self._serve(job, ask, actor)
+        spec = args.get("spec")
+        if record.stage in ("adding", "starting") and isinstance(spec, dict) and spec.get("name"):
+            return self._serve(job, ask, actor, chosen=spec)
+        raise JobStopped(f"its stage {record.stage!r} is not known to this version; what was fetched or added "
+                         "stays")
 
     def _check_name(self, ask: ServeAsk, name: str) -> None:
         taken = self.plane.catalog.get(name)
@@ -206,18 +230,29 @@ class ModelServing(JobDriver):
 
     # ---------------------------------------------------------------- the steps
 
-    async def _serve(self, job: Job, ask: ServeAsk, actor: str) -> None:
-        target = ask.source
-        if ask.from_registry:
-            target = await self._fetch(job, ask)
-        name, source, spec = await self._plan(job, ask, target)
-        try:
-            await self.plane.add_model(spec, actor=actor)
-        except CatalogError as exc:
-            raise JobStopped(f"{name} could not be added: {'; '.join(exc.problems)}") from None
-        profiles = ", ".join(p["name"] for p in spec["profiles"])
-        self._step(job, f"added {name} ({spec['engine']}, profiles {profiles}) from {source}")
-        job.model = name
+    async def _serve(self, job: Job, ask: ServeAsk, actor: str, *, chosen: dict[str, Any] | None = None) -> None:
+        """The steps from the start, or (`chosen`: a definition a former leader chose) from adding it on."""
+        if chosen is None:
+            target = ask.source
+            if ask.from_registry:
+                target = await self._fetch(job, ask)
+            name, source, spec = await self._plan(job, ask, target)
+            await self._record(job, "adding", spec=spec)
+        else:
+            spec = dict(chosen)
+            name, source = str(spec["name"]), str(spec.get("source", ""))
+        there = self.plane.catalog.get(name)
+        if there is not None and there.origin != "file" and there.config.source == source:
+            job.model = name  # added before the leader changed: not added again
+        else:
+            try:
+                await self.plane.add_model(spec, actor=actor)
+            except CatalogError as exc:
+                raise JobStopped(f"{name} could not be added: {'; '.join(exc.problems)}") from None
+            profiles = ", ".join(p["name"] for p in spec["profiles"])
+            self._step(job, f"added {name} ({spec['engine']}, profiles {profiles}) from {source}")
+            job.model = name
+        await self._record(job, "starting")
         await self._wait_ready(job, name, 1)
         self._step(job, f"{name} has a replica ready")
         ask_it = replica_asker(self.plane.replicas)
@@ -315,6 +350,12 @@ class ModelServing(JobDriver):
         if rec is not None:
             held = [{"node": r.node, "gpus": list(r.gpus)} for r in rec.records.values() if r.live]
         return machines_from_api(nodes, held)
+
+
+def _ask_json(ask: ServeAsk) -> dict[str, Any]:
+    """What `serve` was asked, as ServeAsk.parse reads it back."""
+    return {"source": ask.source, "name": ask.name, "files": list(ask.files), "file": ask.file,
+            "context": ask.context, "concurrency": ask.concurrency, "engine": ask.engine}
 
 
 def _said(answer: Any) -> str:

@@ -20,10 +20,12 @@ passed its quality suite (llmgw.control.evals):
 A gate that fails stops the change in words: the canary is removed (an
 update, a canary's start) or left as it is (a promotion), and the model keeps
 serving the revision it had. Each change is a job (llmgw.control.jobs) whose
-steps say what happened; it runs on the leader, and ends failed if this
-control plane stops leading. Only models added at run time can move to a
-new definition; one declared in server.yaml may run a canary, and is moved
-by changing the file.
+steps say what happened; it runs on the leader and is kept in the store
+stage by stage (llmgw.control.job_driver), so that when the leader changes
+the next one carries it on from its stage (`resume_decision` says how, per
+kind and stage) or ends it safely with the model on the revision it had.
+Only models added at run time can move to a new definition; one declared
+in server.yaml may run a canary, and is moved by changing the file.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
 
 log = logs.get("llmgw.control.rollout")
 
-__all__ = ["ModelRollouts", "RolloutError", "new_source", "parse_weight"]
+__all__ = ["ModelRollouts", "Resume", "RolloutError", "new_source", "parse_weight", "resume_decision"]
 
 class RolloutError(ValueError):
     """A change refused before anything started; `kind` is invalid, conflict or not_found."""
@@ -106,10 +108,51 @@ class EvalRun:
     at: float
 
 
+@attrs.frozen
+class Resume:
+    """What a new leader does with a change it found running: carry it on from `stage`, or end it (`end`
+    holds the words, and `remove_canary` whether the canary goes with it)."""
+
+    stage: str = ""
+    end: str = ""
+    remove_canary: bool = False
+
+
+def resume_decision(kind: str, stage: str, args: Mapping[str, Any], *, model_source: str | None,
+                    canary: Canary | None, previous: Previous | None) -> Resume:
+    """How a change left running by a former leader goes on, from what the store holds now: the model's source
+    (None: it left the catalog), its canary and its kept previous revision.
+
+    Every stage can run again: waiting for a canary and its quality gate are asked again from the start; moving
+    the model writes only what is not yet written and restarts only the replicas recorded as still to restart.
+    A change ends instead, safely, when what it needs has gone: the model, or the canary it was moving to."""
+    model = str(args.get("model", ""))
+    keeps = f"{model} keeps serving {args.get('from') or model_source or '(no source)'}"
+    if model_source is None:
+        return Resume(end=f"{model} is no longer in the catalog; nothing is left to change",
+                      remove_canary=canary is not None)
+    to = str(args.get("to", ""))
+    if kind == "rollback":
+        if stage == "moving" and (model_source == to or (previous is not None and previous.revision == to)):
+            return Resume(stage="moving")
+        return Resume(end=f"the revision to return to is no longer kept; {model} keeps serving {model_source}")
+    if kind not in ("update", "canary", "promote"):
+        return Resume(end=f"a change of kind {kind!r} is not carried on by this version; {keeps}")
+    if canary is None or canary.revision != to:
+        if stage == "moving" and model_source == to:
+            return Resume(stage="finishing")  # moved, its canary already gone: its replicas still to restart
+        return Resume(end=f"its canary was taken out meanwhile; {keeps}")
+    if stage in ("starting", "gate", "moving"):
+        return Resume(stage=stage)
+    return Resume(end=f"its stage {stage!r} is not known to this version; the canary was taken out and {keeps}",
+                  remove_canary=kind != "promote")
+
+
 class ModelRollouts(JobDriver):
     """The leader's updates, canaries and rollbacks; each change runs as a task driving its job."""
 
-    cancelled_words = "stopped: the canary was taken out, or this control plane stopped leading"
+    cancelled_words = "stopped: the canary was taken out"
+    kinds = ("update", "canary", "promote", "rollback")
 
     def __init__(self, plane: ControlPlane, *, wall_clock: Callable[[], float] = time.time) -> None:
         super().__init__(plane, wall_clock=wall_clock)
@@ -140,7 +183,9 @@ class ModelRollouts(JobDriver):
         canary = await self._start_canary(cm, source, 0.0, replicas, actor, for_update=True)
         job = self._job(cm.name, "update", actor,
                         f"{actor} asked to update {cm.name} from {cm.config.source or '(no source)'} to {source}")
-        self._run(cm.name, job, self._update(job, cm, canary, suite, actor))
+        await self._record(job, "starting", model=cm.name, to=source, gate=dict(gate) if gate else None,
+                           actor=actor, **{"from": cm.config.source})
+        self._run(cm.name, job, self._update(job, cm.name, canary, suite, actor, cm.config.source))
         return job
 
     async def canary(self, model: str, to: str, *, weight: Any, replicas: int = 1,
@@ -154,7 +199,9 @@ class ModelRollouts(JobDriver):
         canary = await self._start_canary(cm, source, share, replicas, actor, for_update=False)
         job = self._job(cm.name, "canary", actor,
                         f"{actor} asked to try {source} as {canary.name}, for {share:g}% of {cm.name}'s sessions")
-        self._run(cm.name, job, self._canary(job, cm, canary, suite))
+        await self._record(job, "starting", model=cm.name, to=source, gate=dict(gate) if gate else None,
+                           actor=actor, **{"from": cm.config.source})
+        self._run(cm.name, job, self._canary(job, cm.name, canary, suite))
         return job
 
     async def set_weight(self, model: str, weight: Any, *, actor: str) -> Canary:
@@ -178,14 +225,14 @@ class ModelRollouts(JobDriver):
         suite = self._suite(gate)
         job = self._job(cm.name, "promote", actor, f"{actor} asked to move {cm.name} to its canary's revision "
                                                    f"{canary.revision}")
-        self._run(cm.name, job, self._promote(job, cm, canary, suite, actor))
+        await self._record(job, "gate", model=cm.name, to=canary.revision, gate=dict(gate) if gate else None,
+                           actor=actor, **{"from": cm.config.source})
+        self._run(cm.name, job, self._promote(job, cm.name, canary, suite, actor, cm.config.source))
         return job
 
     async def abort(self, model: str, *, actor: str) -> Canary:
         canary = self._need_canary(model)
-        task = self._tasks.get(canary.model)
-        if task is not None and not task.done():
-            task.cancel()
+        self.cancel(canary.model)
         await self._remove_canary(canary, actor)
         return canary
 
@@ -200,7 +247,9 @@ class ModelRollouts(JobDriver):
             raise RolloutError(f"{cm.name} has a canary; promote it or take it out first", "conflict")
         job = self._job(cm.name, "rollback", actor,
                         f"{actor} asked to return {cm.name} from {cm.config.source} to {prev.revision}")
-        self._run(cm.name, job, self._rollback(job, cm, prev, actor))
+        await self._record(job, "moving", model=cm.name, to=prev.revision, spec=prev.spec, actor=actor,
+                           **{"from": cm.config.source})
+        self._run(cm.name, job, self._rollback(job, cm.name, prev.spec, prev.revision, actor))
         return job
 
     async def evaluate(self, model: str, suite_spec: Mapping[str, Any]) -> SuiteResult:
@@ -319,13 +368,31 @@ class ModelRollouts(JobDriver):
         if self.plane.reconciler is not None:
             self.plane.reconciler.kick()
 
-    async def _wait_replaced(self, job: Job, name: str, old: list[str]) -> None:
+    async def _settled(self, job: Job) -> None:
+        """After a take-over: wait until the agents have had their moment to register again, so the replicas
+        they still run are known before any is restarted (or counted as gone)."""
+        rec = self.plane.reconciler
+        while rec.clock() < rec.hold_starts_until:
+            if not job.active:
+                raise _Stopped(job.now)
+            await asyncio.sleep(POLL)
+
+    async def _wait_replaced(self, job: Job, name: str, old: list[str], *, in_place: bool) -> None:
+        """Until none of `old` runs and the model has what it wants, ready. An old replica that is running but
+        not being restarted (found again after a take-over) is restarted here, the way the first were."""
         rec = self.plane.reconciler
         deadline = asyncio.get_running_loop().time() + self.ready_timeout
         while True:
             if not job.active:
                 raise _Stopped(job.now)
             left = [rid for rid in old if rid in rec.records]
+            st = rec.models.get(name)
+            for rid in left:
+                if rec.records[rid].live and (st is None or rid not in st.restarting):
+                    try:
+                        rec.restart_replica(rid, in_place=in_place)
+                    except (KeyError, ValueError) as exc:
+                        logs.event(log, "replica not restarted", logging.WARNING, replica_id=rid, error=str(exc))
             wanted = self._wanted(name)
             mine = [r for r in rec.records.values() if r.model == name]
             ready = sum(1 for r in mine if r.live and r.state == "ready")
@@ -357,86 +424,184 @@ class ModelRollouts(JobDriver):
             raise _Stopped(f"stopped by the quality gate: {verdict}")
         self._step(job, f"{new} passed the quality gate {suite.name}")
 
-    async def _move(self, job: Job, cm: CatalogModel, canary: Canary, actor: str) -> None:
+    async def _move(self, job: Job, name: str, canary: Canary, actor: str, from_source: str) -> None:
         """The canary takes every session; the model's definition moves to its revision, its replicas restart
-        on it (in place: the canary serves meanwhile); then the canary goes."""
+        on it (in place: the canary serves meanwhile); then the canary goes. Each part is written only when
+        not yet done, so a new leader runs this again from the start of the stage."""
+        await self._record(job, "moving")
         moved = attrs.evolve(canary, weight=100.0, serving=True, for_update=False)
-        await self._save(lambda r: r.canaries.__setitem__(cm.name, moved))
-        self._step(job, f"{canary.name} takes all of {cm.name}'s sessions while {cm.name} moves to "
-                        f"{canary.revision}")
-        current = self.catalog.get(cm.name)
-        old_spec = model_to_spec(current.config)
-        spec = dict(old_spec, source=canary.revision)
-        try:
-            await self.catalog.add(spec, actor=actor, replace=True, audit=False)
-        except CatalogError as exc:
+        if self.state().canaries.get(name) != moved:
+            await self._save(lambda r: r.canaries.__setitem__(name, moved))
+            self._step(job, f"{canary.name} takes all of {name}'s sessions while {name} moves to "
+                            f"{canary.revision}")
+        current = self.catalog.get(name)
+        if current is None:
             await self._remove_canary(canary, actor)
-            raise _Stopped(f"{cm.name}'s definition could not be changed: {'; '.join(exc.problems)}") from None
+            raise _Stopped(f"{name} left the catalog while it moved; its canary was taken out")
         until = self.wall_clock() + self.plane.config.control.rollback_window.total_seconds()
-        prev = Previous(model=cm.name, spec=old_spec, revision=cm.config.source, until=until, by=actor)
-        await self._save(lambda r: r.previous.__setitem__(cm.name, prev))
-        old = self.plane.reconciler.restart(cm.name, in_place=True)
-        self._step(job, f"{cm.name}'s definition runs {canary.revision}; restarting its "
-                        f"{len(old)} replica{'s' if len(old) != 1 else ''} on it")
-        await self._wait_replaced(job, cm.name, old)
-        await self._remove_canary(canary, actor)
-        self._step(job, f"{canary.name} removed")
-        when = dt.datetime.fromtimestamp(until, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        self.plane.jobs.end(job, "done", f"{cm.name} runs {canary.revision}; `llmgw ctl model rollback {cm.name}` "
-                                         f"returns it to {cm.config.source or '(no source)'} until {when}")
+        if current.config.source != canary.revision:
+            old_spec = model_to_spec(current.config)
+            kept = self.state().previous.get(name)
+            if kept is None or kept.revision != current.config.source:  # kept first: a take-over keeps it too
+                prev = Previous(model=name, spec=old_spec, revision=current.config.source, until=until, by=actor)
+                await self._save(lambda r: r.previous.__setitem__(name, prev))
+            try:
+                await self.catalog.add(dict(old_spec, source=canary.revision), actor=actor, replace=True,
+                                       audit=False)
+            except CatalogError as exc:
+                await self._remove_canary(canary, actor)
+                raise _Stopped(f"{name}'s definition could not be changed: {'; '.join(exc.problems)}") from None
+        prev = self.state().previous.get(name)
+        until = prev.until if prev is not None else until
+        await self._finish_move(job, name, canary, actor, from_source, until)
 
-    async def _update(self, job: Job, cm: CatalogModel, canary: Canary, suite: Suite | None, actor: str) -> None:
-        self._step(job, f"{canary.name} started beside {cm.name}: {canary.replicas} "
-                        f"replica{'s' if canary.replicas != 1 else ''} of {canary.revision}, taking no sessions yet")
-        try:
-            await self._wait_ready(job, canary.name, canary.replicas)
-            self._step(job, f"{canary.name} ready: {canary.replicas} replica{'s' if canary.replicas != 1 else ''}")
-            await self._gate(job, suite, canary.name, cm.name)
-        except _Stopped as exc:
+    async def _finish_move(self, job: Job, name: str, canary: Canary, actor: str, from_source: str,
+                           until: float) -> None:
+        """The model's definition runs the canary's revision: restart its replicas on it, then the canary goes."""
+        old = (self._recorded(job).args.get("restarting") if self._recorded(job) else None)
+        if old is None:
+            await self._settled(job)
+            old = self.plane.reconciler.restart(name, in_place=True)
+            self._step(job, f"{name}'s definition runs {canary.revision}; restarting its "
+                            f"{len(old)} replica{'s' if len(old) != 1 else ''} on it")
+            await self._record(job, "moving", restarting=list(old))
+        else:
+            await self._settled(job)
+        await self._wait_replaced(job, name, list(old), in_place=True)
+        if self._need_canary(name, required=False) is not None:
             await self._remove_canary(canary, actor)
-            raise _Stopped(f"{exc}; {cm.name} keeps serving {cm.config.source or '(no source)'}") from None
-        await self._move(job, cm, canary, actor)
+            self._step(job, f"{canary.name} removed")
+        when = dt.datetime.fromtimestamp(until, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        self.plane.jobs.end(job, "done", f"{name} runs {canary.revision}; `llmgw ctl model rollback {name}` "
+                                         f"returns it to {from_source or '(no source)'} until {when}")
 
-    async def _canary(self, job: Job, cm: CatalogModel, canary: Canary, suite: Suite | None) -> None:
-        self._step(job, f"{canary.name} started beside {cm.name}: {canary.replicas} "
-                        f"replica{'s' if canary.replicas != 1 else ''} of {canary.revision}")
+    async def _update(self, job: Job, name: str, canary: Canary, suite: Suite | None, actor: str,
+                      from_source: str, *, stage: str = "starting", resumed: bool = False) -> None:
+        if stage == "starting":
+            if not resumed:
+                self._step(job, f"{canary.name} started beside {name}: {canary.replicas} "
+                                f"replica{'s' if canary.replicas != 1 else ''} of {canary.revision}, "
+                                "taking no sessions yet")
+            try:
+                await self._wait_ready(job, canary.name, canary.replicas)
+                self._step(job, f"{canary.name} ready: {canary.replicas} "
+                                f"replica{'s' if canary.replicas != 1 else ''}")
+                await self._gate(job, suite, canary.name, name)
+            except _Stopped as exc:
+                await self._remove_canary(canary, actor)
+                raise _Stopped(f"{exc}; {name} keeps serving {from_source or '(no source)'}") from None
+        await self._move(job, name, canary, actor, from_source)
+
+    async def _canary(self, job: Job, name: str, canary: Canary, suite: Suite | None, *,
+                      resumed: bool = False) -> None:
+        if not resumed:
+            self._step(job, f"{canary.name} started beside {name}: {canary.replicas} "
+                            f"replica{'s' if canary.replicas != 1 else ''} of {canary.revision}")
         try:
             await self._wait_ready(job, canary.name, 1)
             self._step(job, f"{canary.name} ready")
-            await self._gate(job, suite, canary.name, cm.name)
+            await self._gate(job, suite, canary.name, name)
         except _Stopped as exc:
             await self._remove_canary(canary, canary.by)
-            raise _Stopped(f"{exc}; the canary was taken out and {cm.name} keeps every session") from None
-        current = self._need_canary(cm.name, required=False)
+            raise _Stopped(f"{exc}; the canary was taken out and {name} keeps every session") from None
+        current = self._need_canary(name, required=False)
         if current is None or current.name != canary.name:
             raise _Stopped("the canary was taken out before it served")
-        await self._save(lambda r: r.canaries.__setitem__(cm.name, attrs.evolve(current, serving=True)))
-        self.plane.jobs.end(job, "done", f"{canary.name} serves {current.weight:g}% of {cm.name}'s sessions; "
-                                         f"`llmgw ctl model promote {cm.name}` moves the model to "
+        await self._save(lambda r: r.canaries.__setitem__(name, attrs.evolve(current, serving=True)))
+        self.plane.jobs.end(job, "done", f"{canary.name} serves {current.weight:g}% of {name}'s sessions; "
+                                         f"`llmgw ctl model promote {name}` moves the model to "
                                          f"{canary.revision}, `abort` takes it out")
 
-    async def _promote(self, job: Job, cm: CatalogModel, canary: Canary, suite: Suite | None, actor: str) -> None:
+    async def _promote(self, job: Job, name: str, canary: Canary, suite: Suite | None, actor: str,
+                       from_source: str, *, resumed: bool = False) -> None:
+        if resumed:  # the agents register again with this leader: wait for the canary's replicas to be known
+            await self._settled(job)
+            await self._wait_ready(job, canary.name, 1)
         if not self._ready_count(canary.name):
             raise _Stopped(f"{canary.name} has no ready replica to promote; it stays as it is")
         try:
-            await self._gate(job, suite, canary.name, cm.name)
+            await self._gate(job, suite, canary.name, name)
         except _Stopped as exc:
-            raise _Stopped(f"{exc}; the canary stays at {canary.weight:g}% and {cm.name} keeps "
-                           f"{cm.config.source or '(no source)'}") from None
-        await self._move(job, cm, canary, actor)
+            raise _Stopped(f"{exc}; the canary stays at {canary.weight:g}% and {name} keeps "
+                           f"{from_source or '(no source)'}") from None
+        await self._move(job, name, canary, actor, from_source)
 
-    async def _rollback(self, job: Job, cm: CatalogModel, prev: Previous, actor: str) -> None:
-        try:
-            await self.catalog.add(prev.spec, actor=actor, replace=True, audit=False)
-        except CatalogError as exc:
-            raise _Stopped(f"the definition kept cannot run now: {'; '.join(exc.problems)}") from None
+    async def _rollback(self, job: Job, name: str, spec: Mapping[str, Any], revision: str, actor: str) -> None:
+        current = self.catalog.get(name)
+        if current is None:
+            raise _Stopped(f"{name} left the catalog; nothing is left to roll back")
+        if current.config.source != revision:
+            try:
+                await self.catalog.add(dict(spec), actor=actor, replace=True, audit=False)
+            except CatalogError as exc:
+                raise _Stopped(f"the definition kept cannot run now: {'; '.join(exc.problems)}") from None
 
         def forget(r: Rollouts) -> None:
-            r.previous.pop(cm.name, None)
+            r.previous.pop(name, None)
 
-        await self._save(forget)
-        old = self.plane.reconciler.restart(cm.name)
-        self._step(job, f"{cm.name}'s definition runs {prev.revision} again; replacing its {len(old)} "
-                        f"replica{'s' if len(old) != 1 else ''}, each new one ready before an old one stops")
-        await self._wait_replaced(job, cm.name, old)
-        self.plane.jobs.end(job, "done", f"{cm.name} runs {prev.revision} again")
+        if name in self.state().previous:
+            await self._save(forget)
+        record = self._recorded(job)
+        old = record.args.get("restarting") if record is not None else None
+        await self._settled(job)
+        if old is None:
+            old = self.plane.reconciler.restart(name)
+            self._step(job, f"{name}'s definition runs {revision} again; replacing its {len(old)} "
+                            f"replica{'s' if len(old) != 1 else ''}, each new one ready before an old one stops")
+            await self._record(job, "moving", restarting=list(old))
+        await self._wait_replaced(job, name, list(old), in_place=False)
+        self.plane.jobs.end(job, "done", f"{name} runs {revision} again")
+
+    # ---------------------------------------------------------------- after a leader change
+
+    async def _resume(self, job: Job, record) -> Any:
+        args = record.args
+        name = str(args.get("model") or record.model)
+        cm = self.catalog.get(name)
+        canary = self._need_canary(name, required=False)
+        decision = resume_decision(record.kind, record.stage, {**args, "model": name},
+                                   model_source=cm.config.source if cm is not None else None, canary=canary,
+                                   previous=self.state().previous.get(name))
+        actor = str(args.get("actor") or record.by)
+        from_source = str(args.get("from") or "")
+        if decision.end:
+            if decision.remove_canary and canary is not None:
+                await self._remove_canary(canary, actor)
+            raise _Stopped(decision.end)
+        try:
+            suite = self._suite(args.get("gate"))
+        except RolloutError as exc:
+            if record.kind != "promote" and canary is not None and decision.stage != "moving":
+                await self._remove_canary(canary, actor)
+                raise _Stopped(f"its quality gate cannot be asked now ({exc}); the canary was taken out and "
+                               f"{name} keeps serving {from_source or '(no source)'}") from None
+            raise _Stopped(f"its quality gate cannot be asked now ({exc}); {name} and its canary stay as they "
+                           "are") from None
+        if record.kind == "rollback":
+            return self._rollback(job, name, args.get("spec") or {}, str(args.get("to", "")), actor)
+        if decision.stage == "finishing":
+            moved = Canary(model=name, name=canary_name(name), revision=str(args.get("to", "")), weight=100.0,
+                           serving=True)
+            prev = self.state().previous.get(name)
+            until = prev.until if prev is not None else self.wall_clock()
+            return self._finish_move(job, name, moved, actor, from_source, until)
+        if decision.stage == "moving":
+            return self._move(job, name, canary, actor, from_source)
+        if record.kind == "update":
+            return self._update(job, name, canary, suite, actor, from_source, stage=decision.stage, resumed=True)
+        if record.kind == "canary":
+            return self._canary(job, name, canary, suite, resumed=True)
+        return self._promote(job, name, canary, suite, actor, from_source, resumed=True)
+
+    async def take_over(self) -> list[Job]:
+        """Carry on the changes a former leader left running; then take out an update's canary that no job
+        follows any more (its leader stopped before it wrote the job), so no model runs two revisions for
+        nothing."""
+        await self.catalog.load()  # the canaries and kept revisions as the store holds them now
+        taken = await super().take_over()
+        for canary in list(self.state().canaries.values()):
+            if canary.for_update and not self.busy(canary.model):
+                logs.event(log, "an update's canary no job follows taken out", logging.WARNING, model=canary.model,
+                           canary=canary.name)
+                await self._remove_canary(canary, "control-plane")
+        return taken

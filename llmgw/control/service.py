@@ -263,6 +263,7 @@ class ControlPlane:
                 log.warning("cordons, labels and facility holds not read back: %s", exc)
             rec.active = True
             rec.inactive_reason = ""
+            await self._take_over_jobs()  # job_drivers: the jobs a former leader left running, carried on
             previous = self.leadership.previous_holder
             if previous is not None and previous != self.holder:
                 # A take-over: give the agents a moment to register again before
@@ -273,6 +274,7 @@ class ControlPlane:
             await self._send_control_planes()
         else:
             rec.active = False
+            await self._hand_over_jobs()  # job_drivers: before the reset, their jobs stay in the store
             await self.updates.stop()
             leader = self.leadership.leader
             rec.inactive_reason = f"this control plane is a standby; the leader is {leader or 'not known'}"
@@ -280,6 +282,24 @@ class ControlPlane:
             rec.reset(rec.inactive_reason)
             for session in list(self.endpoint.sessions.values()):
                 await session.close("this control plane no longer leads")
+
+    @property
+    def job_drivers(self) -> list:
+        """What runs jobs of its own that a new leader carries on (llmgw/control/job_driver.py): each has
+        `take_over()`, called on gaining the lease, and `hand_over()`, on losing it."""
+        return [self.rollouts, self.serving]
+
+    async def _take_over_jobs(self) -> None:
+        for driver in self.job_drivers:
+            try:
+                await driver.take_over()
+            except Exception as exc:  # noqa: BLE001 - leading matters more; the records stay for the next leader
+                logs.event(log, "jobs left by the former leader not taken over", logging.ERROR,
+                           driver=type(driver).__name__, error=str(exc))
+
+    async def _hand_over_jobs(self) -> None:
+        for driver in self.job_drivers:
+            await driver.hand_over()
 
     def _served_sources(self) -> list[tuple[str, str]]:
         """(name, source) of every catalog model with weights, for the update checks."""
