@@ -238,12 +238,13 @@ class JobDriver:
             try:
                 work = await self._resume(job, record)
             except JobStopped as exc:
-                self.plane.jobs.step(job, f"ended safely by {me} {after}")
+                job.taken_over = f"ended safely by {me} {after}"
                 self.plane.jobs.end(job, "failed", str(exc))
                 await self._forget(job)
                 taken.append(job)
                 continue
-            self.plane.jobs.step(job, f"resumed by {me} {after}, from its stage {record.stage!r}")
+            job.taken_over = f"resumed by {me} {after}"
+            self.plane.jobs.step(job, f"{job.taken_over}, from its stage {record.stage!r}")
             await self._record(job, record.stage)
             self._run(job.model, job, work)
             taken.append(job)

@@ -159,6 +159,9 @@ class Job:
     engine: str = ""
     #: driven by a task that writes its steps and ends it itself (llmgw/control/rollout.py), not measured
     driven: bool = False
+    #: a driven job a former leader left running: "resumed by B after A lost the lease", or "ended safely by …";
+    #: said again with the words it ends with
+    taken_over: str = ""
 
     @property
     def active(self) -> bool:
@@ -204,7 +207,7 @@ class Jobs(ReconcilerObserver):
     def restore(self, job_id: str, model: str, kind: str, by: str, started: float, steps: list[JobStep]) -> Job:
         """A job a former leader ran, as its record in the store left it, followed here from now on."""
         job = self._jobs.pop(job_id, None) or Job(id=job_id, model=model, kind=kind, by=by, started=started)
-        job.state, job.ended, job.after_pass = "running", None, self._passes
+        job.state, job.ended, job.after_pass, job.taken_over = "running", None, self._passes, ""
         job.steps = list(steps)
         job.now = steps[-1].text if steps else ""
         self._jobs[job.id] = job
@@ -243,6 +246,8 @@ class Jobs(ReconcilerObserver):
     def _end(self, job: Job, state: str, text: str) -> None:
         job.state = state
         job.ended = self.wall_clock()
+        if job.taken_over:
+            text += f" ({job.taken_over})"
         self._step(job, f"{state}: {text}")
         self._forget_old()
 
