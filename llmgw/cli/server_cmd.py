@@ -24,11 +24,12 @@ def register(sub) -> None:
     )
     parser.set_defaults(handler=run)
     # `llmgw server backup|restore`; bare `llmgw server` runs the server as before.
-    from llmgw.cli import server_backup, server_init
+    from llmgw.cli import server_backup, server_init, server_kube
 
-    server_sub = parser.add_subparsers(dest="server_command", metavar="[init|backup|restore]")
+    server_sub = parser.add_subparsers(dest="server_command", metavar="[init|backup|restore|kube]")
     server_init.register(server_sub)
     server_backup.register(server_sub)
+    server_kube.register(server_sub)
 
 
 def run(args: argparse.Namespace):

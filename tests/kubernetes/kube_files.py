@@ -1,0 +1,104 @@
+"""Run `llmgw server kube` as an operator would, and read back what it wrote."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from llmgw.cli.main import main
+
+#: The Kubernetes versions every manifest is checked against: the oldest the
+#: manifests need (unhealthyPodEvictionPolicy is GA in 1.31) and the newest
+#: kubernetes-validate knows.
+KUBERNETES_VERSIONS = ("1.31.0", "1.37.0")
+
+
+def kube(out: Path, *args: str) -> int:
+    return main(["server", "kube", "--out", str(out), *args])
+
+
+def documents(out: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each manifest file's resources, by file name (read once: what the command wrote does not change)."""
+    return _documents(str(out))
+
+
+@functools.lru_cache(maxsize=16)
+def _documents(out: str) -> dict[str, list[dict[str, Any]]]:
+    yaml = YAML(typ="safe")
+    return {p.name: [d for d in yaml.load_all(p.read_text()) if d] for p in sorted(Path(out).glob("*.yaml"))}
+
+
+def find(out: Path, kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [d for docs in documents(out).values() for d in docs
+            if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+
+
+def secret_data(out: Path, name: str) -> dict[str, str]:
+    (secret,) = find(out, "Secret", name)
+    return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+
+
+def configmap_server_yaml(out: Path) -> str:
+    (cm,) = find(out, "ConfigMap")
+    return cm["data"]["server.yaml"]
+
+
+def control_plane(out: Path) -> dict[str, Any]:
+    (sts,) = [s for s in find(out, "StatefulSet") if s["metadata"]["labels"]["app.kubernetes.io/component"]
+              == "control-plane"]
+    return sts
+
+
+class PodFiles:
+    """The control plane pod's volumes laid out under `root` as the kubelet mounts them (Secrets 0440),
+    so the pod's own command lines run here against them with each mount path moved under `root`."""
+
+    def __init__(self, out: Path, root: Path) -> None:
+        self.root = root
+        pod = control_plane(out)["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        self.mounts: dict[str, Path] = {}
+        for container in [*pod["initContainers"], *pod["containers"]]:
+            for mount in container["volumeMounts"]:
+                self.mounts[mount["mountPath"]] = self._lay(out, volumes[mount["name"]], mount)
+        self.pod = pod
+
+    def local(self, path: str) -> str:
+        """`path` as the pod sees it, moved to where its volume lies here."""
+        for mounted in sorted(self.mounts, key=len, reverse=True):
+            if path == mounted or path.startswith(mounted.rstrip("/") + "/"):
+                return str(self.mounts[mounted]) + path[len(mounted):]
+        return path
+
+    def localize(self, text: str) -> str:
+        """Every mount path in `text` (a command line's word, server.yaml) moved, in one pass."""
+        mounted = sorted(self.mounts, key=len, reverse=True)
+        pattern = r"(?<![\w./-])(" + "|".join(re.escape(m) for m in mounted) + r")(?![\w.-])"
+        return re.sub(pattern, lambda m: str(self.mounts[m.group(1)]), text)
+
+    def _lay(self, out: Path, volume: dict[str, Any], mount: dict[str, Any]) -> Path:
+        target = self.root / mount["mountPath"].lstrip("/")
+        if "configMap" in volume:
+            (cm,) = find(out, "ConfigMap", volume["configMap"]["name"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                target.write_text(cm["data"][mount["subPath"]])
+        elif "secret" in volume:
+            target.mkdir(parents=True, exist_ok=True)
+            for key, value in secret_data(out, volume["secret"]["secretName"]).items():
+                (target / key).write_text(value)
+                (target / key).chmod(volume["secret"].get("defaultMode", 0o644))
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def finish(self, server_yaml_path: str) -> Path:
+        """server.yaml with every path in it moved under `root`."""
+        path = Path(self.local(server_yaml_path))
+        path.write_text(self.localize(path.read_text()))
+        return path
