@@ -67,6 +67,11 @@ def test_what_is_written_and_how_it_is_kept(out):
     assert [d["kind"] for d in documents(out)["00-namespace.yaml"]] == ["Namespace"]
     sts = control_plane(out)
     assert sts["spec"]["replicas"] == 2 and sts["spec"]["podManagementPolicy"] == "Parallel"
+    secrets = secret_data(out, "llmgw-secrets")
+    assert len(secrets["admin-token"].strip()) == 43  # as server init makes it
+    assert len(bytes.fromhex(secrets["key-hash-secret"].strip())) == 32
+    (account,) = find(out, "ServiceAccount")
+    assert account["automountServiceAccountToken"] is False
     (pdb,) = find(out, "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
