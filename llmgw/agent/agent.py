@@ -657,19 +657,17 @@ class Agent:
     async def _upgrade_me(self, msg: wire.Upgrade) -> None:
         """Put release `msg.version` (or, `back`, the file before) in place of this agent's program and start it
         again: the same process (os.execv in `llmgw agent`), so the engines stay its children and are taken over."""
-        from llmgw.agent.self_upgrade import UpgradeRefused, put_back_previous, replace_program, running_program
+        from llmgw.agent.self_upgrade import UpgradeRefused, running_program, upgrade_self
         from llmgw.release.keys import KeyError_
         from llmgw.release.trust import trust_from
 
         try:
             program = running_program()
-            if msg.back:
-                done = await asyncio.get_running_loop().run_in_executor(None, put_back_previous, program)
-            else:
-                trust = trust_from(config_path=self.config_path, config_trusted=self.config.releases.trusted_keys,
-                                   config_revoked=self.config.releases.revoked_keys)
-                done = await replace_program(program, version=msg.version, trust=trust,
-                                             mirror=msg.mirror or self.weights.mirror_url)
+            trust = TrustSet() if msg.back else trust_from(
+                config_path=self.config_path, config_trusted=self.config.releases.trusted_keys,
+                config_revoked=self.config.releases.revoked_keys)
+            done = await upgrade_self(program, version=msg.version, back=msg.back, trust=trust,
+                                      mirror=msg.mirror or self.weights.mirror_url)  # as a control plane does
         except (UpgradeRefused, KeyError_, OSError) as exc:  # KeyError_: a bad key in agent.yaml's releases
             log.error("not upgraded: %s", exc)
             self._result(msg.command_id, False, f"not upgraded: {exc}")

@@ -16,6 +16,10 @@ untouched.
 The new file is written beside the program and renamed over it (one
 rename: the path holds the old file or the new one, never half of one);
 the old one is kept as PROGRAM.previous for `back`.
+
+The agent (on an `Upgrade` message) and a control plane (asked by the
+leader through the store, llmgw/control/plane_upgrade.py) both go through
+`upgrade_self`, then `exec_again`: one way to replace a running llmgw.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import os
 import platform
 import secrets
+import sys
 import zipfile
 from pathlib import Path
 from urllib.parse import quote
@@ -38,7 +43,8 @@ from llmgw.release.store import RELEASES, RELEASE_NAME
 from llmgw.release.trust import TrustSet
 from llmgw.release.verify import verify_signed_document
 
-__all__ = ["UpgradeRefused", "Replaced", "running_program", "replace_program", "put_back_previous",
+__all__ = ["UpgradeRefused", "CannotReplaceItself", "Replaced", "upgrade_self", "exec_again", "running_program",
+           "replace_program", "put_back_previous",
            "zipapp_version", "signed_listing", "release_url", "zipapp_names", "PREVIOUS_SUFFIX"]
 
 PREVIOUS_SUFFIX = ".previous"
@@ -49,6 +55,10 @@ MAX_ZIPAPP_BYTES = 2 << 30
 
 class UpgradeRefused(Exception):
     """The program was not replaced; the message says why in words."""
+
+
+class CannotReplaceItself(UpgradeRefused):
+    """This process does not run from llmgw's one file (a source checkout), or cannot start itself again."""
 
 
 @attrs.frozen
@@ -63,8 +73,8 @@ def running_program() -> Path:
     """The zipapp this process runs (zipapp_boot sets LLMGW_PYZ); UpgradeRefused from a source checkout."""
     value = os.environ.get("LLMGW_PYZ", "")
     if not value or not Path(value).is_file():
-        raise UpgradeRefused("this agent does not run from llmgw's one file (a source checkout, or LLMGW_PYZ is not "
-                             "set): install the zipapp on the node (`llmgw install`) to upgrade it in place")
+        raise CannotReplaceItself("this process does not run from llmgw's one file (a source checkout, or LLMGW_PYZ "
+                                  "is not set): install the zipapp (`llmgw install`) to upgrade it in place")
     return Path(value)
 
 
@@ -215,3 +225,22 @@ def put_back_previous(program: Path) -> Replaced:
         swap.unlink(missing_ok=True)
     fsync_dir(program.parent)
     return Replaced(program, version, previous)
+
+
+async def upgrade_self(program: Path, *, version: str, back: bool, mirror: str, trust: TrustSet) -> Replaced:
+    """What an agent and a control plane do alike to replace their own program: release `version` fetched, checked
+    and put in place (or, `back`, the file before put back); UpgradeRefused changes nothing. Then `exec_again`."""
+    import asyncio
+
+    if back:
+        return await asyncio.get_running_loop().run_in_executor(None, put_back_previous, program)
+    return await replace_program(program, version=version, mirror=mirror, trust=trust)
+
+
+def exec_again() -> None:
+    """Replace this process with the program now in place: same pid, same arguments (an agent's engines stay its
+    children; systemd sees no restart)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = sys.orig_argv if getattr(sys, "orig_argv", None) else [sys.executable, *sys.argv]
+    os.execv(sys.executable, [sys.executable, *argv[1:]])

@@ -57,7 +57,6 @@ def run(args: argparse.Namespace):
 
 def _exec_again() -> None:
     """Replace this process with a fresh agent: same pid, same arguments; engines stay its children."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    argv = sys.orig_argv if getattr(sys, "orig_argv", None) else [sys.executable, *sys.argv]
-    os.execv(sys.executable, [sys.executable, *argv[1:]])
+    from llmgw.agent.self_upgrade import exec_again  # the one a control plane uses too
+
+    exec_again()

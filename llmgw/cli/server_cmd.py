@@ -57,7 +57,7 @@ async def _serve(config, config_path: str | None = None) -> int:
     from llmgw.store import StoreError
 
     try:
-        return await run_server(config, config_path=config_path)
+        code = await run_server(config, config_path=config_path)
     except KeyHashError as exc:
         print(f"llmgw server: {exc}", file=sys.stderr)
         return 1
@@ -67,3 +67,10 @@ async def _serve(config, config_path: str | None = None) -> int:
     except OSError as exc:
         print(f"llmgw server: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    from llmgw.server.run import START_AGAIN
+
+    if code == START_AGAIN:  # ctl upgrade put a new program in place: run it, in this same process
+        from llmgw.agent.self_upgrade import exec_again
+
+        exec_again()
+    return code

@@ -380,7 +380,10 @@ class AdminCluster(AdminEngines, AdminRollouts):
         return [_job(j) for j in plane.jobs.select(state=state, model=model)]
 
     async def job(self, job_id: str) -> JobInfo:
-        job = self._leader().jobs.get(job_id)
+        plane = self._plane()
+        if not plane.leading and (recorded := await plane.upgrades.recorded(job_id)) is not None:
+            return _job(recorded)  # ctl upgrade: the leader moves in its middle; a standby shows the store's record
+        job = self._leader().jobs.get(job_id) or await plane.upgrades.recorded(job_id)  # one being carried on
         if job is None:
             raise ClusterNotFound(f"no job called {job_id!r}: `llmgw ctl jobs` lists them (the leader keeps those "
                                   "since it started: every one running and the last ended ones)")

@@ -210,10 +210,12 @@ class ControlPlane:
         try:
             await self.store.set_setting(_member_key(self.holder), {
                 "holder": self.holder, "agent_address": self.advertise,
+                "version": self.upgrades.version,  # ctl upgrade waits for a control plane back on the release
             }, actor=ACTOR)
         except Exception as exc:  # noqa: BLE001 - optional: only ControlPlanes messages need it
             log.warning("could not record this control plane among the members: %s", exc)
         self.leadership.start()
+        self.upgrades.watch()  # ctl upgrade: the leader's asks to this control plane, through the store
         self._started = True
         logs.event(log, "control plane started", agent_port=self.agent_port, holder=self.holder,
                    tls=self.endpoint.ssl_context is not None)
@@ -272,6 +274,7 @@ class ControlPlane:
             rec.start()
             self.updates.start()
             await self._send_control_planes()
+            self.upgrades.leading_changed(True)  # an upgrade job the leader before left running is carried on
         else:
             rec.active = False
             await self._hand_over_jobs()  # job_drivers: before the reset, their jobs stay in the store
@@ -665,6 +668,17 @@ class ControlPlaneSlot:
         self.plane: ControlPlane | None = None
         self.disabled_reason = ""
         self.config_path: str | None = None  #: the server.yaml read (release keys named in it are relative to it)
+        #: set by `llmgw server` (llmgw/server/run.py): ends the server, which then starts itself again when
+        #: `start_again` says why (ctl upgrade replaced its program)
+        self.stop_server: Callable[[], None] | None = None
+        self.start_again = ""
+
+    def restart(self, why: str) -> None:
+        """Stop the server and start it again from the program now in place (ctl upgrade)."""
+        if self.stop_server is None:
+            raise RuntimeError("this control plane was not started by `llmgw server`; it cannot start itself again")
+        self.start_again = why
+        self.stop_server()
 
 
 CONTROL_PLANE = web.AppKey("control_plane", ControlPlaneSlot)
@@ -719,6 +733,9 @@ async def _control_plane_ctx(config: ServerConfig, replicas: ReplicaSet, store: 
     try:
         try:
             plane = ControlPlane(config, store, replicas, **options)
+            if slot.stop_server is not None:  # ctl upgrade: it can start itself again from a new program
+                plane.upgrades.restart = slot.restart
+            plane.upgrades.config_path = slot.config_path
             await plane.start()
         except (OSError, ValueError, ssl.SSLError, PkiError) as exc:
             # The gateway still serves its providers; /leader answers 503 with this, and the log says it.

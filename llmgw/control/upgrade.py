@@ -1,4 +1,4 @@
-"""`llmgw ctl upgrade RELEASE`: every node's agent moved to a signed release, one node (or rack) at a time, as a job.
+"""`llmgw ctl upgrade RELEASE`: the control planes, then every node's agent, moved to a signed release, as a job.
 
     job = await plane.upgrades.start({"release": "0.2.0", "by": "node"}, actor="alice")
 
@@ -9,35 +9,51 @@ The leader drives it (kind `upgrade`):
    release add`, which checked every file) must be signed by a key
    server.yaml's `releases` trusts, and list a zipapp for each node's
    machine. Refused before anything is sent otherwise: nothing changes.
-2. **the control planes**: named with the version each runs; they are
-   upgraded per machine, before the agents (docs/upgrades.md), since an
-   agent newer than its control plane is refused at Register.
-3. **the agents**, one node at a time (`by: rack`: every node of one
+2. **the standby control planes**, one at a time, asked through the store
+   (llmgw/control/plane_upgrade.py): each checks the release with its own
+   server.yaml's keys, puts it in place and starts itself again; the next
+   goes once it is back (its members row says the new version). A standby
+   that refuses or does not come back stops the job before any agent.
+3. **the leader itself**, last of the control planes: its own file put in
+   place, its lease handed to an upgraded standby (given up and taken at
+   once, not left to lapse), then it starts itself again. The job is
+   recorded in the store at every step; the new leader carries it on
+   (`leading_changed`): it waits for the old leader to be back as a standby
+   on the release, then goes on with
+4. **the agents**, one node at a time (`by: rack`: every node of one
    `llmgw.io/rack` at once): each is sent `Upgrade`, checks its zipapp
    against the signed sums with its own trusted keys, puts it in place,
    re-execs and registers again; the next goes once it is back with the
    new version and the same engines (same pids). A node already on the
    release is passed over.
 
-The first failure stops the job in words (which node, why, which are done
-and which were not tried); with `rollback` the ones done are sent back to
-the file they ran before. `back` sends every node back (each agent swaps
-its program with the file kept from before its last upgrade).
+A control plane that does not run from llmgw's one file (a source
+checkout), or was not started by `llmgw server`, cannot replace itself:
+the job says so and passes it over. The first failure stops the job in
+words (which node or control plane, why, which are done and which were not
+tried); with `rollback` the ones done are sent back to the file they ran
+before. `back` sends every node's agent back (each swaps its program with
+the file kept from before its last upgrade); the control planes are put
+back by hand after it (docs/upgrades.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import attrs
 
 from llmgw import __version__
+from llmgw.agent.self_upgrade import CannotReplaceItself, Replaced, UpgradeRefused, running_program, upgrade_self
 from llmgw.control.job_driver import JobStopped
-from llmgw.control.jobs import Job
+from llmgw.control.jobs import Job, JobStep
+from llmgw.control.plane_upgrade import (ACTOR, JOB_SETTING, WATCH, Member, PlaneWatcher, UpgradeRecord, answer_to,
+                                         ask_plane, clear_ask, member_slug, members)
 from llmgw.obs import logs
 from llmgw.wire.messages import CommandResult, ShardStatus, Upgrade
 
@@ -112,14 +128,33 @@ class _Sent:
     failed: str = ""
 
 
+class HandedOver(Exception):
+    """This leader gave its lease up in the middle of the job and starts itself again; the next leader carries the
+    job on from its record."""
+
+
 class ClusterUpgrades:
-    """The leader's upgrade jobs (one at a time) and the agents' answers to their Upgrade messages."""
+    """The leader's upgrade jobs (one at a time), the agents' answers to their Upgrade messages, and, on every
+    control plane, the leader's asks to it (llmgw/control/plane_upgrade.py)."""
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
         self.node_timeout = NODE_TIMEOUT
+        #: the llmgw this control plane runs (its members row says it)
+        self.version = __version__
+        #: this control plane's own program (the zipapp it runs); CannotReplaceItself from a source checkout
+        self.program: Callable[[], Path] = running_program
+        #: stops the server so it starts itself again (ControlPlaneSlot.restart, set by `llmgw server`); None when
+        #: something else runs this control plane, which then cannot replace itself
+        self.restart: Callable[[str], None] | None = None
+        #: how often this control plane looks for the leader's asks to it, and the leader for their answers
+        self.watch_interval = WATCH
+        #: the server.yaml this control plane read (key files named in its `releases` are relative to it)
+        self.config_path: str | None = None
         self._task: asyncio.Task | None = None
+        self._watch: asyncio.Task | None = None
         self._job: Job | None = None
+        self._record: UpgradeRecord | None = None
         self._sent: dict[str, _Sent] = {}  #: command id -> what was sent
         #: node -> shard -> the pid its engine runs as, from its agent's ShardStatus messages since it registered
         self._pids: dict[str, dict[str, int | None]] = {}
@@ -127,13 +162,24 @@ class ClusterUpgrades:
     def busy(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    def watch(self) -> None:
+        """Act on the leader's asks to this control plane (every control plane runs this)."""
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.get_running_loop().create_task(PlaneWatcher(self).run(), name="upgrade asks")
+
     async def stop(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            try:
-                await self._task
-            except BaseException:  # noqa: BLE001 - its job says how it ended
-                pass
+        for task in (self._task, self._watch):
+            if task is not None and not task.done():
+                task.cancel()
+                try:
+                    await task
+                except BaseException:  # noqa: BLE001 - its job says how it ended
+                    pass
+
+    def leading_changed(self, leading: bool) -> None:
+        """This control plane now leads: an upgrade the leader before left running is carried on from its record."""
+        if leading and not self.busy():
+            self._task = asyncio.get_running_loop().create_task(self._carry_on(), name="upgrade carried on")
 
     def command_result(self, node_id: str, message: CommandResult) -> None:
         """An agent's answer to an Upgrade: a refusal ends that node's wait (a success is seen as it registers)."""
@@ -160,6 +206,31 @@ class ClusterUpgrades:
                 pids[sid] = pid
         return pids
 
+    # ---------------------------------------------------------------- this control plane's own program
+
+    async def replace_self(self, *, release: str, back: bool, mirror: str) -> Replaced:
+        """Put `release` (or the file before) in place of this control plane's program, checked with server.yaml's
+        keys, as an agent does its own; UpgradeRefused changes nothing. The caller then has it start again."""
+        from llmgw.release.keys import KeyError_
+        from llmgw.release.trust import TrustSet
+
+        if self.restart is None:
+            raise CannotReplaceItself("this control plane was not started by `llmgw server`, so it cannot start "
+                                      "itself again")
+        program = self.program()
+        try:
+            trust = TrustSet() if back else self._trust()
+        except KeyError_ as exc:
+            raise UpgradeRefused(f"server.yaml releases: {exc}") from None
+        return await upgrade_self(program, version=release, back=back, mirror=mirror, trust=trust)
+
+    def _trust(self):
+        from llmgw.release.trust import trust_from
+
+        cfg = self.plane.config.releases
+        return trust_from(config_path=self.config_path, config_trusted=cfg.trusted_keys,
+                          config_revoked=cfg.revoked_keys)
+
     # ---------------------------------------------------------------- starting
 
     async def start(self, body: Mapping[str, Any], *, actor: str, config_path: str | None = None) -> Job:
@@ -177,6 +248,8 @@ class ClusterUpgrades:
         if not ask.back and not mirror:
             raise UpgradeError("mirror.url is empty: nodes fetch the release from the mirror's file server; set "
                                "mirror.url in server.yaml")
+        if config_path:
+            self.config_path = config_path
         listed: dict[str, str] = {}
         kid = ""
         if not ask.back:
@@ -185,15 +258,21 @@ class ClusterUpgrades:
         job = plane.jobs.start(f"cluster {what}", "upgrade", actor,
                                first=f"{actor} asked to upgrade the cluster {what}, one {ask.by} at a time")
         job.driven = True
-        if not ask.back:
-            plane.jobs.step(job, f"release {ask.release}: its SHA256SUMS is signed by trusted key {kid} and lists "
-                                 f"{len(listed)} files; each node checks its own zipapp against it")
+        self._record = UpgradeRecord(id=job.id, model=job.model, by=actor, started=job.started,
+                                     ask=attrs.asdict(ask), mirror=mirror, phase="agents" if ask.back else "planes",
+                                     nodes=sorted(plane.endpoint.sessions))
         self._job = job
+        if not ask.back:
+            await self._step(job, f"release {ask.release}: its SHA256SUMS is signed by trusted key {kid} and "
+                                  f"lists {len(listed)} files; each control plane and node checks its own zipapp "
+                                  "against it")
+        else:
+            await self._save(job)
         self._task = asyncio.get_running_loop().create_task(self._drive(job, ask, mirror), name=f"upgrade {job.id}")
         return job
 
     async def _check_release(self, release: str, mirror: str, config_path: str | None) -> tuple[str, dict[str, str]]:
-        from llmgw.agent.self_upgrade import UpgradeRefused, signed_listing, zipapp_names
+        from llmgw.agent.self_upgrade import signed_listing, zipapp_names
         from llmgw.release.keys import KeyError_
         from llmgw.release.trust import trust_from
 
@@ -214,12 +293,84 @@ class ClusterUpgrades:
                                f"SHA256SUMS lists {', '.join(sorted(names))}")
         return kid, listed
 
+    # ---------------------------------------------------------------- the record in the store
+
+    async def _save(self, job: Job) -> None:
+        record = self._record
+        if record is None or record.id != job.id:
+            return
+        record.state, record.ended = job.state, job.ended
+        record.steps = [{"at": s.at, "text": s.text} for s in job.steps]
+        try:
+            await self.plane.store.set_setting(JOB_SETTING, record.to_json(), actor=ACTOR)
+        except Exception as exc:  # noqa: BLE001 - the job goes on; a take-over then resumes from an older step
+            logs.event(log, "the upgrade's record was not written", 30, job=job.id, error=str(exc))
+
+    async def recorded(self, job_id: str) -> Job | None:
+        """The upgrade job `job_id` as the store records it (a standby shows it while the leader runs it)."""
+        setting = await self.plane.store.get_setting(JOB_SETTING)
+        record = UpgradeRecord.from_json(setting.value if setting is not None else None)
+        if record is None or record.id != job_id:
+            return None
+        steps = [JobStep(at=float(s["at"]), text=str(s["text"])) for s in record.steps]
+        return Job(id=record.id, model=record.model, kind="upgrade", by=record.by, started=record.started,
+                   state=record.state, now=steps[-1].text if steps else "", steps=steps, ended=record.ended,
+                   driven=True)
+
+    async def _carry_on(self) -> None:
+        """On gaining the lease: take up the upgrade the store records as running, from the phase it reached."""
+        plane = self.plane
+        try:
+            setting = await plane.store.get_setting(JOB_SETTING)
+        except Exception as exc:  # noqa: BLE001 - no record to read: nothing is carried on
+            logs.event(log, "the upgrade's record was not read", 30, error=str(exc))
+            return
+        record = UpgradeRecord.from_json(setting.value if setting is not None else None)
+        if record is None or not record.active or not plane.leading:
+            return
+        try:
+            ask = UpgradeAsk.parse(record.ask)
+        except UpgradeError as exc:
+            logs.event(log, "the upgrade's record is not understood; left as it is", 30, error=str(exc))
+            return
+        steps = [JobStep(at=float(s["at"]), text=str(s["text"])) for s in record.steps]
+        job = plane.jobs.restore(record.id, record.model, "upgrade", record.by, record.started, steps)
+        job.driven = True
+        self._job, self._record = job, record
+        await self._step(job, await self._how_it_came(record))
+        await self._drive(job, ask, record.mirror)
+
+    async def _how_it_came(self, record: UpgradeRecord) -> str:
+        me = self.plane.holder
+        if record.handed_from == me:
+            return f"{me} leads again, on llmgw {self.version}, and carries the job on"
+        if record.handed_from and record.handed_to == me:
+            took = ""
+            for _ in range(20):  # the answer is written just after the lease is taken
+                answer = await self._lead_answer()
+                if answer is not None:
+                    took = f" (taken {answer.get('took', 0):.1f} s after it was given up)"
+                    break
+                await asyncio.sleep(0.05)
+            return f"{me} leads now: {record.handed_from} handed its lease over{took}; {me} carries the job on"
+        return (f"{me} leads now (the leader before stopped leading in the middle of the job: its lease lapsed or it "
+                f"stopped) and carries the job on from its last step")
+
+    async def _lead_answer(self) -> dict[str, Any] | None:
+        from llmgw.control.plane_upgrade import ANSWER_PREFIX
+
+        setting = await self.plane.store.get_setting(ANSWER_PREFIX + member_slug(self.plane.holder))
+        value = setting.value if setting is not None else None
+        return value if isinstance(value, dict) and "took" in value else None
+
     # ---------------------------------------------------------------- driving
 
     async def _drive(self, job: Job, ask: UpgradeAsk, mirror: str) -> None:
         jobs = self.plane.jobs
         try:
             await self._run(job, ask, mirror)
+        except HandedOver:
+            return  # the record says where it is; the next leader carries it on
         except JobStopped as exc:
             jobs.end(job, "failed", str(exc))
         except asyncio.CancelledError:
@@ -230,32 +381,193 @@ class ClusterUpgrades:
             jobs.end(job, "failed", f"stopped by an error: {exc}")
         finally:
             self._sent = {k: v for k, v in self._sent.items() if not k.startswith(f"upgrade:{job.id}:")}
+        if not job.active and self.plane.leading:
+            await self._save(job)
 
-    def _step(self, job: Job, text: str) -> None:
+    async def _step(self, job: Job, text: str) -> None:
         if not job.active:
             raise JobStopped(job.now)
         self.plane.jobs.step(job, text)
+        await self._save(job)
 
     async def _run(self, job: Job, ask: UpgradeAsk, mirror: str) -> None:
-        self._step(job, self._control_planes_words(ask))
-        groups = self._groups(ask.by)
-        if not groups:
+        record = self._record
+        assert record is not None
+        if record.phase == "planes":
+            await self._standbys(job, ask, mirror, record)
+            record.phase = "leader"
+        if record.phase == "leader":
+            await self._leader_itself(job, ask, mirror, record)
+            record.phase = "agents"
+        if record.phase == "leader-back":
+            await self._leader_back(job, ask, record)
+            record.phase = "agents"
+        await self._agents(job, ask, mirror, record)
+
+    # ---------------------------------------------------------------- the control planes
+
+    async def _standbys(self, job: Job, ask: UpgradeAsk, mirror: str, record: UpgradeRecord) -> None:
+        me = self.plane.holder
+        planes = await members(self.plane.store)
+        standbys = [m for m in planes if m.holder != me]
+        await self._step(job, f"control planes: this leader ({me}) runs llmgw {self.version}; "
+                              f"{len(standbys)} standby{'s' if len(standbys) != 1 else ''} first, then this leader "
+                              "hands its lease over and is replaced last")
+        for m in standbys:
+            if m.version == ask.release:
+                await self._step(job, f"{m.holder} (standby): already runs llmgw {ask.release}")
+                continue
+            ok, why, cannot, replaced = await self._plane_one(job, m, ask, mirror, ask.release)
+            if ok:
+                record.planes_done.append([m.holder, m.version])
+                continue
+            if cannot:
+                await self._step(job, f"{m.holder} (standby): {why}: passed over; upgrade it yourself "
+                                      "(`llmgw self-upgrade`, docs/upgrades.md)")
+                continue
+            done = [h for h, _ in record.planes_done] + ([m.holder] if replaced else [])
+            untried = [s.holder for s in standbys if s.holder not in done and s.holder != m.holder]
+            rest = f"; not tried: {', '.join(untried)}" if untried else ""
+            if ask.rollback and done:
+                await self._planes_back(job, [*record.planes_done, *([[m.holder, m.version]] if replaced else [])],
+                                        ask.timeout)
+                raise JobStopped(f"control plane {m.holder}: {why}; stopped there, before this leader and any "
+                                 f"agent; the control planes upgraded ({', '.join(done)}) were sent back to the "
+                                 f"file they ran before{rest}")
+            hint = (f"; upgraded: {', '.join(done)} (`llmgw ctl upgrade {ask.release} --rollback` sends them "
+                    "back at the next failure)") if done else "; upgraded: none"
+            raise JobStopped(f"control plane {m.holder}: {why}; stopped there, before this leader and any agent"
+                             f"{hint}{rest}")
+
+    async def _plane_one(self, job: Job, m: Member, ask: UpgradeAsk, mirror: str,
+                         want: str) -> tuple[bool, str, bool, bool]:
+        """Ask one standby to upgrade (or go back) and wait for it back on `want` ("": any version): (ok, why not,
+        it cannot replace itself, it replaced its file)."""
+        store = self.plane.store
+        target = "go back to the file before" if ask.back else f"upgrade to {ask.release}"
+        ask_id = await ask_plane(store, m.slug, kind="upgrade", job=job.id, release=ask.release, back=ask.back,
+                                 mirror=mirror)
+        await self._step(job, f"{m.holder} (standby, llmgw {m.version or '?'}): asked to {target}")
+        started = time.monotonic()
+        replaced = False
+        try:
+            while True:
+                if not job.active:
+                    raise JobStopped(job.now)
+                answer = await answer_to(store, m.slug, ask_id)
+                if answer is not None and not answer.get("ok"):
+                    return False, str(answer.get("error") or "it did not say why"), bool(answer.get("cannot")), False
+                replaced = replaced or answer is not None
+                now = {p.holder: p.version for p in await members(store)}.get(m.holder)
+                if replaced and now is not None and (now == want or not want):
+                    took = time.monotonic() - started
+                    await self._step(job, f"{m.holder}: back as a standby with llmgw {now} (was {m.version or '?'}) "
+                                          f"in {took:.1f} s")
+                    return True, "", False, True
+                if time.monotonic() - started > ask.timeout:
+                    said = "it replaced its file but " if replaced else ""
+                    return False, (f"{said}not back within {ask.timeout:g} s (its log says why: `journalctl -u "
+                                   "llmgw-server` on its machine)"), False, replaced
+                await asyncio.sleep(POLL)
+        finally:
+            await clear_ask(store, m.slug)
+
+    async def _planes_back(self, job: Job, done: list[list[str]], timeout: float) -> None:
+        planes = {p.holder: p for p in await members(self.plane.store)}
+        back = UpgradeAsk(back=True, timeout=timeout)
+        for holder, before in done:
+            await self._step(job, f"{holder}: sent back to llmgw {before or 'the file before'}")
+            member = planes.get(holder) or Member(holder, member_slug(holder), "")
+            ok, why, _, _ = await self._plane_one(job, member, back, "", before)
+            if not ok:
+                await self._step(job, f"{holder}: not back: {why}")
+
+    async def _leader_itself(self, job: Job, ask: UpgradeAsk, mirror: str, record: UpgradeRecord) -> None:
+        me = self.plane.holder
+        if self.version == ask.release:
+            await self._step(job, f"{me} (the leader): already runs llmgw {ask.release}")
+            return
+        try:
+            done = await self.replace_self(release=ask.release, back=False, mirror=mirror)
+        except CannotReplaceItself as exc:
+            await self._step(job, f"{me} (the leader): {exc}: not replaced; upgrade it yourself "
+                                  "(`llmgw self-upgrade`, docs/upgrades.md)")
+            return
+        except UpgradeRefused as exc:
+            upgraded = ", ".join(h for h, _ in record.planes_done)
+            if ask.rollback and record.planes_done:
+                await self._planes_back(job, record.planes_done, ask.timeout)
+                raise JobStopped(f"the leader {me}: {exc}; stopped there, before any agent; the control planes "
+                                 f"upgraded ({upgraded}) were sent back to the file they ran before") from None
+            raise JobStopped(f"the leader {me}: {exc}; stopped there, before any agent; upgraded: "
+                             f"{upgraded or 'none'}") from None
+        upgraded = [m for m in await members(self.plane.store) if m.holder != me and m.version == ask.release]
+        record.phase, record.handed_from, record.leader_before = "leader-back", me, self.version
+        record.handed_to = upgraded[0].holder if upgraded else ""
+        await self._step(job, f"{me} (the leader): llmgw {done.version} is in place (the file before kept as "
+                              f"{done.previous.name})")
+        if upgraded:
+            await self._step(job, f"{me}: hands its lease to {record.handed_to} (upgraded), which carries the job "
+                                  f"on; {me} then starts again on llmgw {ask.release}")
+            await ask_plane(self.plane.store, upgraded[0].slug, kind="lead", job=job.id)
+        else:
+            await self._step(job, f"{me}: the only control plane: it starts again on llmgw {ask.release} and carries "
+                                  "the job on once it leads again (the agents reconnect meanwhile)")
+        record.handed_at = time.time()
+        await self._save(job)
+        await self.plane.leadership.stop(release=True)  # given up, so the standby leads at once (not on expiry)
+        assert self.restart is not None
+        self.restart(f"upgrade to llmgw {done.version}")
+        raise HandedOver()
+
+    async def _leader_back(self, job: Job, ask: UpgradeAsk, record: UpgradeRecord) -> None:
+        """The leader before replaced itself: wait for it back on the release (as a standby, or leading again)."""
+        before = record.handed_from
+        if before == self.plane.holder:
+            if self.version != ask.release:
+                raise JobStopped(f"{before} started again on llmgw {self.version}, not {ask.release} (its program "
+                                 "was put back or replaced meanwhile)")
+            return
+        started = time.monotonic()
+        while True:
+            now = {p.holder: p.version for p in await members(self.plane.store)}.get(before)
+            if now == ask.release:
+                await self._step(job, f"{before}: back as a standby with llmgw {now} (was {record.leader_before})")
+                return
+            if time.monotonic() - started > ask.timeout:
+                raise JobStopped(f"control plane {before}: replaced its file and gave its lease up, but was not back "
+                                 f"within {ask.timeout:g} s (its log says why: `journalctl -u llmgw-server` on its "
+                                 "machine); no agent was upgraded")
+            await asyncio.sleep(POLL)
+
+    # ---------------------------------------------------------------- the agents
+
+    async def _agents(self, job: Job, ask: UpgradeAsk, mirror: str, record: UpgradeRecord) -> None:
+        nodes = sorted(set(record.nodes) | set(self.plane.endpoint.sessions))
+        if not nodes:
+            if record.planes_done or record.handed_from:
+                self.plane.jobs.end(job, "done", "the control planes upgraded; no node's agent is connected")
+                return
             raise JobStopped("no node's agent is connected to this leader: nothing to upgrade")
-        done: list[tuple[str, str]] = []  # (node, the version it ran before)
+        groups = self._groups(ask.by, nodes)
+        done: list[tuple[str, str]] = [(n, b) for n, b in record.done]
         todo = [n for g in groups for n in g]
         for group in groups:
+            group = [n for n in group if n not in {d for d, _ in done}]
             if not ask.back:
+                await self._connected(group, min(ask.timeout, 60.0))
                 already = [n for n in group if self._version(n) == ask.release]
                 for n in already:
-                    self._step(job, f"{n}: already runs llmgw {ask.release}")
+                    await self._step(job, f"{n}: already runs llmgw {ask.release}")
                 group = [n for n in group if n not in already]
             if not group:
                 continue
             label = group[0] if len(group) == 1 else f"{RACK_LABEL}={self._rack(group[0])} ({', '.join(group)})"
-            self._step(job, f"{label}: asked to {'go back' if ask.back else f'upgrade to {ask.release}'}")
+            await self._step(job, f"{label}: asked to {'go back' if ask.back else f'upgrade to {ask.release}'}")
             outcomes = await asyncio.gather(*(self._one(job, n, ask, mirror) for n in group))
             failed = [(n, why) for n, (ok, why, _) in zip(group, outcomes) if not ok]
             done += [(n, before) for n, (ok, _, before) in zip(group, outcomes) if ok]
+            record.done = [[n, b] for n, b in done]
             if failed:
                 untried = [n for n in todo if n not in group and n not in {d for d, _ in done}]
                 words = "; ".join(f"{n}: {why}" for n, why in failed)
@@ -268,22 +580,25 @@ class ClusterUpgrades:
                 hint = "; go back with `llmgw ctl upgrade --back`" if done and not ask.back else ""
                 raise JobStopped(f"{words}; stopped there; upgraded: {upgraded}{rest}{hint}")
         versions = sorted({self._version(n) or "?" for n in todo})
-        self.plane.jobs.end(job, "done", f"{len(done)} node(s) {'went back' if ask.back else 'upgraded'}; the "
-                                         f"agents run llmgw {', '.join(versions)}")
+        planes = ""
+        if not ask.back and (record.planes_done or record.handed_from):
+            planes = "the control planes and "
+        self.plane.jobs.end(job, "done", f"{planes}{len(done)} node(s) {'went back' if ask.back else 'upgraded'}; "
+                                         f"the agents run llmgw {', '.join(versions)}")
 
-    def _control_planes_words(self, ask: UpgradeAsk) -> str:
-        target = "the file before" if ask.back else ask.release
-        return (f"control planes: this leader runs llmgw {__version__}; upgrade each control plane's machine "
-                f"itself to {target}, standbys first, then the leader (docs/upgrades.md): an agent newer than "
-                "its control plane's protocol is refused")
+    async def _connected(self, nodes: list[str], timeout: float) -> None:
+        """Give nodes not connected (yet: they dial a new leader after a hand-over) `timeout` seconds to come."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(n not in self.plane.endpoint.sessions for n in nodes):
+            await asyncio.sleep(POLL)
 
     async def _roll_back(self, job: Job, done: list[tuple[str, str]], ask: UpgradeAsk) -> None:
         back = attrs.evolve(ask, back=True, release="")
         for node, before in done:
-            self._step(job, f"{node}: sent back to llmgw {before or 'the file before'}")
+            await self._step(job, f"{node}: sent back to llmgw {before or 'the file before'}")
             ok, why, _ = await self._one(job, node, back, "")
             if not ok:
-                self._step(job, f"{node}: not back: {why}")
+                await self._step(job, f"{node}: not back: {why}")
 
     async def _one(self, job: Job, node: str, ask: UpgradeAsk, mirror: str) -> tuple[bool, str, str]:
         """Send one node Upgrade and wait for it to be back; (ok, why not, the version it ran before)."""
@@ -316,8 +631,8 @@ class ClusterUpgrades:
                 if lost:
                     return False, f"back with llmgw {now} in {took:.1f} s, but {lost}", before
                 kept = len(sent.pids)
-                self._step(job, f"{node}: back with llmgw {now} (was {before or '?'}) in {took:.1f} s; "
-                                f"{kept} engine{'s' if kept != 1 else ''} kept, same pids")
+                await self._step(job, f"{node}: back with llmgw {now} (was {before or '?'}) in {took:.1f} s; "
+                                      f"{kept} engine{'s' if kept != 1 else ''} kept, same pids")
                 return True, "", before
             if time.monotonic() > deadline:
                 return False, (f"not back within {ask.timeout:g} s (its agent's log says why: `llmgw ctl logs "
@@ -346,9 +661,8 @@ class ClusterUpgrades:
         n = self.plane.inventory.get(node)
         return (n.labels.get(RACK_LABEL, "") if n is not None else "") or ""
 
-    def _groups(self, by: str) -> list[list[str]]:
-        """The connected nodes in the order they are upgraded: one a group, or one rack a group."""
-        nodes = sorted(self.plane.endpoint.sessions)
+    def _groups(self, by: str, nodes: list[str]) -> list[list[str]]:
+        """The nodes in the order they are upgraded: one a group, or one rack a group."""
         if by == "node":
             return [[n] for n in nodes]
         racks: dict[str, list[str]] = {}

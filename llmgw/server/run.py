@@ -39,6 +39,11 @@ log = logs.get("llmgw.server")
 DRAIN_SECONDS = 25.0
 
 
+#: run_server's answer when the server is to start itself again from the program now in place (ctl upgrade
+#: replaced it): `llmgw server` then execs itself (llmgw.agent.self_upgrade.exec_again)
+START_AGAIN = 75
+
+
 def _host(host: str) -> str | None:
     return host or None  # empty: every interface
 
@@ -92,8 +97,10 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
     worker = worker_index()
     # ---- the control plane (issue 4): scheduler, agent port, GET /leader, admin API on admin_listen
     from llmgw.control.wiring import attach_control_plane
+    slot = None
     if not worker:
-        attach_control_plane(app, config, config_path=config_path)
+        slot = attach_control_plane(app, config, config_path=config_path)
+        slot.stop_server = stop.set  # ctl upgrade: stop, then start again from the new program (START_AGAIN)
     else:  # workers: GET /leader answers what worker 0's does
         from llmgw.server.workers import serve_leader
         serve_leader(app)
@@ -133,5 +140,8 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
             await runner.cleanup()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
+    if slot is not None and slot.start_again:
+        logs.event(log, "stopped; starting again", logging.INFO, reason=slot.start_again)
+        return START_AGAIN
     logs.event(log, "stopped", logging.INFO)
     return 0

@@ -27,11 +27,13 @@ class ScriptedAgent:
     """One node: registers with `version` and one running shard; on Upgrade, refuses (`refuse`) or comes back
     with the release's version (or the one before, with back), the shard's pid the same."""
 
-    def __init__(self, url: str, node: str, rack: str = "", refuse: str = "", silent: bool = False) -> None:
+    def __init__(self, url: str | list[str], node: str, rack: str = "", refuse: str = "",
+                 silent: bool = False) -> None:
         self.node, self.rack, self.refuse, self.silent = node, rack, refuse, silent
         self.version, self.before = OLD, ""
         self.asked: list[w.Upgrade] = []
-        self.conn = AgentConnection([url], self.register, backoff_initial=0.05, backoff_max=0.1)
+        urls = [url] if isinstance(url, str) else url
+        self.conn = AgentConnection(urls, self.register, backoff_initial=0.05, backoff_max=0.1)
         self.task = asyncio.create_task(self.conn.run(self.on_session))
 
     def register(self) -> w.Register:
