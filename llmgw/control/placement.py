@@ -60,15 +60,14 @@ quotas, or for a model without an owner, nothing of this applies.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import islice
 
 import attrs
 
 from llmgw.config.server import ModelConfig, Profile
 from llmgw.control.devices import kept_out_words, node_devices
 from llmgw.control.inventory import Node
+from llmgw.control.placement_index import PackingIndex
 from llmgw.control.placement_nodes import decide_nodes, node_fabrics
 from llmgw.control.quotas import CapacityQuota, Quotas, owner_path, under
 from llmgw.plugins.types import Engine
@@ -493,15 +492,14 @@ _ROOM_FIELDS = frozenset({"replica_id", "node", "model", "gpus", "memory", "core
 
 
 class _View:
-    """The nodes that pass one profile's filters (whatever is held there), by free cards, for packing."""
+    """The nodes that pass one profile's filters (whatever is held there), and those with room now, for packing."""
 
-    __slots__ = ("buckets", "members", "reasons")
+    __slots__ = ("index", "members", "reasons")
 
-    def __init__(self, reasons: list[str | None]) -> None:
+    def __init__(self, reasons: list[str | None], index: PackingIndex) -> None:
         self.reasons = reasons  #: by slot: the filter's sentence, None when it passes; never changed
         self.members = {s for s, r in enumerate(reasons) if r is None}
-        #: free cards (any class) -> [(cores free, memory free, node id, slot)], sorted
-        self.buckets: dict[int, list[tuple]] = {}
+        self.index = index  #: the members with room for the profile now, by rack and PDUs, in packing order
 
 
 class PlacementPass:
@@ -511,9 +509,11 @@ class PlacementPass:
     `place()` would, and `hold()` adds what a decision started, so the next
     decision sees it. Each node's room is worked out once and updated when a
     holding lands on it; each profile's filters are checked once per node;
-    the nodes that pass them are kept in buckets by free cards, sorted for
-    packing, so a decision looks at candidates in order and stops at the first
-    that nothing else can beat. Rejection sentences are worded only when read.
+    the nodes that pass them and have room are kept by rack and PDUs, each
+    group in packing order (placement_index.py), so a decision looks at
+    candidate racks in order, passes over those that already hold more of the
+    model, and stops at the first node that nothing else can beat. Rejection
+    sentences are worded only when read.
 
     The nodes must not change while a pass is used: make a new one after they do.
     What a holding says beyond the room it takes (its class, whether it is
@@ -534,6 +534,16 @@ class PlacementPass:
         self._rack = [spread_domains(node) for node in self._node]  # its rack and PDUs
         self._domains = {d for domains in self._rack for d in domains}
         self._undomained = any(not domains for domains in self._rack)  # some node has neither rack nor PDU
+        #: the nodes' groups for packing: nodes with the same rack and PDUs share one
+        self._group_domains: list[tuple[str, ...]] = []
+        numbered: dict[tuple[str, ...], int] = {}
+        self._group: list[int] = []
+        for domains in self._rack:
+            g = numbered.get(domains)
+            if g is None:
+                g = numbered[domains] = len(self._group_domains)
+                self._group_domains.append(domains)
+            self._group.append(g)
         self._healthy = [tuple((d.index, d.gpu_class) for d in node_devices(node.gpus) if d.usable)
                          for node in self._node]
         self._weights_by_model: dict[str, set[int]] = {}
@@ -566,7 +576,8 @@ class PlacementPass:
             self._apply(h)
         #: by slot: (free cards by class, free cards, memory free, cores free); replaced, never changed
         self._room = [self._room_of(s) for s in range(len(self._node))]
-        self._entry = [(room[1], (room[3], room[2], self._ids[s], s)) for s, room in enumerate(self._room)]
+        #: by slot: its place in packing order (free cards, cores free, memory free, node id, slot)
+        self._pack = [(room[1], room[3], room[2], self._ids[s], s) for s, room in enumerate(self._room)]
         #: the rooms at some moment, and each room since, for wording a decision's rejections later
         self._base, self._log = list(self._room), []
         for view in self._views.values():
@@ -608,14 +619,13 @@ class PlacementPass:
         s = self._apply(holding)
         if s is None:
             return
-        old_total, old_key = self._entry[s]
+        old_room, old_pack = self._room[s], self._pack[s]
         room = self._room[s] = self._room_of(s)
-        key = (room[3], room[2], self._ids[s], s)
+        pack = self._pack[s] = (room[1], room[3], room[2], self._ids[s], s)
+        group = self._group[s]
         for view in self._slot_views[s]:
-            bucket = view.buckets[old_total]
-            del bucket[bisect_left(bucket, old_key)]
-            insort(view.buckets.setdefault(room[1], []), key)
-        self._entry[s] = (room[1], key)
+            index = view.index
+            index.move(group, old_pack if index.fits(old_room) else None, pack if index.fits(room) else None)
         self._log.append((s, room))
         if len(self._log) > len(self._room):
             self._base, self._log = list(self._room), []  # a new list: decisions keep the old one
@@ -645,19 +655,14 @@ class PlacementPass:
             view = self._views[key] = _View([
                 _gate(_Room(node, set(), 0, 0, 0, 0, [], healthy[s]), profile, engine, self.engines, version)
                 for s, node in enumerate(self._node)
-            ])
+            ], PackingIndex(profile.gpus, profile.gpu_class, profile.memory, profile.cores))
             for s in view.members:
                 self._slot_views[s].append(view)
             self._fill(view)
         return view
 
     def _fill(self, view: _View) -> None:
-        view.buckets = {}
-        for s in view.members:
-            total, key = self._entry[s]
-            view.buckets.setdefault(total, []).append(key)
-        for bucket in view.buckets.values():
-            bucket.sort()
+        view.index.fill(view.members, self._room, self._pack, self._group)
 
     # -- the decision -------------------------------------------------------------
 
@@ -799,16 +804,8 @@ class PlacementPass:
     def _best(self, view: _View, profile: Profile, here: Mapping[int, int], in_rack: Mapping[str, int],
               weights: set[int], avoid: set[int]) -> int | None:
         """The slot `_order_key` ranks first among the view's nodes with room now, or None."""
-        gpus, gpu_class, memory, cores = profile.gpus, profile.gpu_class, profile.memory, profile.cores
-        rooms, racks, ids = self._room, self._rack, self._ids
-
-        def fits(s: int) -> bool:
-            by_class, total, memory_free, cores_free = rooms[s]
-            if gpus > 0 and (by_class.get(gpu_class, 0) if gpu_class else total) < gpus:
-                return False
-            if memory and memory_free < memory:
-                return False
-            return not (cores and cores_free < cores)
+        gpus, memory, cores = profile.gpus, profile.memory, profile.cores
+        rooms, racks, ids, fits = self._room, self._rack, self._ids, view.index.fits
 
         # The fewest replicas of the model any node's rack and PDUs can have: a node with that many and none
         # of its own is beaten by none (once every rack has one, the first such need not be one with none).
@@ -817,7 +814,7 @@ class PlacementPass:
         best_slot = None
         # Nodes holding the weights are few: each is weighed.
         for s in weights:
-            if s in view.members and s not in avoid and fits(s):
+            if s in view.members and s not in avoid and fits(rooms[s]):
                 _, total, memory_free, cores_free = rooms[s]
                 key = (here.get(s, 0), sum(in_rack.get(d, 0) for d in racks[s]), 0,
                        total - gpus, cores_free - cores, memory_free - memory, ids[s])
@@ -825,37 +822,11 @@ class PlacementPass:
                     best, best_slot = key, s
         if best is not None and not best[0] and best[1] <= floor:
             return best_slot
-        # The others in packing order: the first with no replica of the model in its node or rack
-        # beats every node after it; the ones before it that have some are weighed on the way. They come
-        # in the order of the key's tail, so one is better than the best so far only by fewer replicas.
-        best_spread = best[:2] if best is not None else None
-        for total in sorted(view.buckets):
-            if total < gpus:
-                continue
-            bucket = view.buckets[total]
-            # Sorted by cores free: those with too few are skipped at once.
-            for cores_free, memory_free, node_id, s in islice(bucket, bisect_left(bucket, (cores,)) if cores else 0,
-                                                              None):
-                if s in weights or s in avoid:
-                    continue
-                if gpus > 0 and gpu_class and rooms[s][0].get(gpu_class, 0) < gpus:
-                    continue
-                if memory and memory_free < memory:
-                    continue
-                mine = here.get(s, 0) if here else 0
-                rack_of = racks[s]
-                if not in_rack or not rack_of:
-                    mine_in_rack = 0
-                elif len(rack_of) == 1:
-                    mine_in_rack = in_rack.get(rack_of[0], 0)
-                else:
-                    mine_in_rack = sum(in_rack.get(d, 0) for d in rack_of)
-                spread = (mine, mine_in_rack)
-                if best_spread is None or spread < best_spread:
-                    best_spread, best_slot = spread, s
-                    if not mine and mine_in_rack <= floor:
-                        return best_slot
-        return best_slot
+        # The others, by rack and PDUs in packing order: the first with no replica of the model in its node or
+        # rack beats every node after it; racks that hold more of the model than the best so far are passed over.
+        skip = weights | avoid if weights and avoid else (weights or avoid)
+        return view.index.best(here, in_rack, self._group_domains, floor, skip,
+                               best[:2] if best is not None else None, best_slot)
 
     def _room_for(self, s: int, model: str, *, holdings: bool = False) -> _Room:
         """The node's room as `_rooms` makes it; its holdings listed only when asked (for preemption)."""
