@@ -55,6 +55,9 @@ def register(server_sub) -> None:
     p.add_argument("--ca", dest="ca_dir", default="", metavar="DIR",
                    help="an existing cluster CA (ca.pem, ca-key.pem) to issue the server certificate from "
                         "(default: a new one, in DIR/pki)")
+    p.add_argument("--helm", action="store_true",
+                   help="write a Helm chart (DIR/helm/llmgw) and its values for these options instead of the "
+                        "resources it makes; the namespace and the Secrets stay manifests, applied first")
     p.set_defaults(handler=run)
 
 
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         dsn_file=args.dsn_file, image=args.image, postgres_image=args.postgres_image, storage=args.storage,
         storage_class=args.storage_class, agent_hosts=args.agent_hosts, agent_service=args.agent_service,
         agent_port=args.agent_port, agent_node_port=args.agent_node_port, client_service=args.client_service,
-        ca_dir=args.ca_dir,
+        ca_dir=args.ca_dir, helm=args.helm,
     )
     try:
         written = write_manifests(opts)
@@ -86,7 +89,12 @@ def run(args: argparse.Namespace) -> int:
     print("\nNext:")
     print(f"  1. the image: cp llmgw.pyz {opts.out / 'image'}/ && docker build -t {opts.image_ref} {opts.out / 'image'}, "
           "then push it where the cluster pulls from")
-    print(f"  2. kubectl apply -f {opts.out}")
+    if opts.helm:
+        print(f"  2. kubectl apply -f {opts.out / '00-namespace.yaml'} -f {opts.out / '20-secrets.yaml'}, then "
+              f"helm install {opts.name} {opts.out / 'helm' / 'llmgw'} -n {opts.namespace} "
+              f"-f {opts.out / 'helm' / 'values.yaml'}")
+    else:
+        print(f"  2. kubectl apply -f {opts.out}")
     print(f"  3. the first administrator: kubectl -n {opts.namespace} exec -it {opts.pod_name(0)} -c server -- "
           "llmgw users create you@example.com --role admin --config /etc/llmgw/server.yaml")
     print(f"  4. nodes outside: a certificate from the CA in {ca} (llmgw ctl cert issue-node), and "

@@ -216,7 +216,7 @@ def test_help_names_what_it_writes_and_every_option():
     text = " ".join(done.stdout.split())
     for words in ("--out DIR", "--replicas N", "--store {statefulset,external}", "--dsn-file FILE", "--image REF",
                   "--agent-host HOST", "--agent-service {LoadBalancer,NodePort}", "--agent-node-port PORT",
-                  "--client-service {ClusterIP,LoadBalancer,NodePort}", "--ca DIR", "PodDisruptionBudget",
+                  "--client-service {ClusterIP,LoadBalancer,NodePort}", "--ca DIR", "--helm", "PodDisruptionBudget",
                   "nothing is written"):
         assert words in text, words
     server_help = subprocess.run([sys.executable, "-m", "llmgw", "server", "--help"], capture_output=True, text=True)

@@ -61,6 +61,7 @@ class KubeOptions:
     agent_node_port: int = 30743  #: NodePort: control plane i's agent port is this plus i
     client_service: str = "ClusterIP"
     ca_dir: str = ""  #: an existing cluster CA (ca.pem, ca-key.pem); "" makes a new one under out/pki
+    helm: bool = False  #: the chart and its values instead of the resources it makes (the Secrets stay manifests)
 
     @property
     def image_ref(self) -> str:

@@ -3,6 +3,8 @@
     DIR/00-namespace.yaml ... 70-disruption-budget.yaml   kubectl apply -f DIR
     DIR/20-secrets.yaml                                   the Secrets, mode 0600
     DIR/pki/ca.pem, ca-key.pem (0600)                     the cluster CA, unless --ca named one: keep it here
+    DIR/helm/llmgw/, DIR/helm/values.yaml                 with --helm: the chart, and its values for these options,
+                                                          instead of 10-serviceaccount.yaml ... 70-disruption-budget.yaml
     DIR/nodes/agent-control-planes.yaml                   the control_planes of every node's agent.yaml
     DIR/image/Dockerfile                                  the image: the zipapp on a Python image
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,9 @@ from llmgw.install.kubernetes.options import KubeError, KubeOptions, check_optio
 __all__ = ["write_manifests", "dump_yaml", "dockerfile", "SECRET_FILE"]
 
 SECRET_FILE = "20-secrets.yaml"
+#: What `llmgw server kube --helm` still writes as manifests: the chart needs the namespace and the Secrets first.
+CHART_LEAVES_OUT = ("00-namespace.yaml", SECRET_FILE)
+CHART = Path(__file__).with_name("chart")
 PYTHON_IMAGE = "python:3.12-slim"
 
 
@@ -106,8 +112,12 @@ def write_manifests(opts: KubeOptions) -> list[Path]:
         material = make_material(opts, staging / "pki")
         written: list[str] = []
         for name, documents in resources(opts, material):
+            if opts.helm and name not in CHART_LEAVES_OUT:
+                continue  # the chart makes it
             _write(staging / name, dump_yaml(documents), 0o600 if name == SECRET_FILE else 0o644)
             written.append(name)
+        if opts.helm:
+            written += _write_chart(opts, staging / "helm")
         for folder, name, text in (("nodes", "agent-control-planes.yaml", agent_fragment(opts)),
                                    ("image", "Dockerfile", dockerfile(opts))):
             (staging / folder).mkdir(mode=0o755)
@@ -122,6 +132,31 @@ def write_manifests(opts: KubeOptions) -> list[Path]:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return [opts.out / name for name in written]
+
+
+def helm_values(opts: KubeOptions) -> dict[str, Any]:
+    """The chart's values for these options: it then makes what `resources` would, less the namespace and Secrets."""
+    return {
+        "namespace": opts.namespace, "name": opts.name, "image": opts.image_ref, "replicas": opts.replicas,
+        "store": {"type": opts.store, "postgresImage": opts.postgres_image, "storage": opts.storage,
+                  "storageClass": opts.storage_class},
+        "agentService": {"type": opts.agent_service, "port": opts.agent_port, "nodePort": opts.agent_node_port},
+        "clientService": {"type": opts.client_service},
+    }
+
+
+def _write_chart(opts: KubeOptions, folder: Path) -> list[str]:
+    from llmgw.buildinfo import build_info
+
+    chart = folder / "llmgw"  # helm wants the folder named as the chart
+    shutil.copytree(CHART, chart, ignore=shutil.ignore_patterns("__pycache__"))
+    meta = chart / "Chart.yaml"
+    meta.write_text(re.sub(r'(?m)^appVersion: .*$', f'appVersion: "{build_info()["version"]}"', meta.read_text()))
+    header = ("# The llmgw chart's values for the cluster `llmgw server kube` made the Secrets for (20-secrets.yaml):\n"
+              f"#   kubectl apply -f {opts.out / '00-namespace.yaml'} -f {opts.out / SECRET_FILE}\n"
+              f"#   helm install {opts.name} {opts.out / 'helm' / 'llmgw'} -n {opts.namespace} -f {opts.out / 'helm' / 'values.yaml'}\n")
+    _write(folder / "values.yaml", header + dump_yaml([helm_values(opts)]), 0o644)
+    return ["helm/values.yaml", *sorted(str(p.relative_to(folder.parent)) for p in chart.rglob("*") if p.is_file())]
 
 
 def _mkdtemp(parent: Path, prefix: str) -> str:
