@@ -234,6 +234,8 @@ def _register_placement(benches) -> None:
     p.add_argument("--replicas-per-node", type=float, default=2.0, metavar="R",
                    help="replicas a pass places, per node (default 2: about 70%% of the cards)")
     p.add_argument("--seed", type=int, default=7, help="the cluster's and the requests' seed")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",  # placement: --repeat
+                   help="passes through a new round per size, the median reported (default 3)")
     add_json_flag(p)
     p.set_defaults(handler=run_placement)
 
@@ -244,7 +246,8 @@ def run_placement(args: argparse.Namespace) -> int:
 
     try:
         sizes = tuple(int(n) for n in args.nodes.split(",") if n.strip())
-        bench = placement.PlacementBench(sizes=sizes, replicas_per_node=args.replicas_per_node, seed=args.seed)
+        bench = placement.PlacementBench(sizes=sizes, replicas_per_node=args.replicas_per_node, seed=args.seed,
+                                         repeat=args.repeat)  # placement: --repeat
     except ValueError as exc:
         raise UsageError(str(exc) if "--" in str(exc) else f"--nodes: whole numbers, got {args.nodes!r}") from None
     report = placement.run(bench, _say)
