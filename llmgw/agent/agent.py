@@ -659,7 +659,7 @@ class Agent:
         again: the same process (os.execv in `llmgw agent`), so the engines stay its children and are taken over."""
         from llmgw.agent.self_upgrade import UpgradeRefused, running_program, upgrade_self
         from llmgw.release.keys import KeyError_
-        from llmgw.release.trust import trust_from
+        from llmgw.release.trust import TrustSet, trust_from
 
         try:
             program = running_program()

@@ -160,7 +160,8 @@ class ClusterUpgrades:
         self._pids: dict[str, dict[str, int | None]] = {}
 
     def busy(self) -> bool:
-        return self._task is not None and not self._task.done()
+        """An upgrade runs (its task is past the job's end only while it writes the record)."""
+        return self._task is not None and not self._task.done() and (self._job is None or self._job.active)
 
     def watch(self) -> None:
         """Act on the leader's asks to this control plane (every control plane runs this)."""
