@@ -221,3 +221,27 @@ def test_help_names_what_it_writes_and_every_option():
         assert words in text, words
     server_help = subprocess.run([sys.executable, "-m", "llmgw", "server", "--help"], capture_output=True, text=True)
     assert "kube" in server_help.stdout
+
+
+def test_an_empty_out_folder_is_used(tmp_path):
+    (tmp_path / "m").mkdir()
+    assert kube(tmp_path / "m", "--replicas", "1", "--agent-host", "cp.example.com") == 0
+    assert (tmp_path / "m" / "50-control-plane.yaml").is_file()
+
+
+def test_the_dockerfile_puts_llmgw_on_the_path(out, tmp_path):
+    """The image's own steps, short of docker: its RUN line makes the `llmgw` that `kubectl exec` runs."""
+    text = (out / "image" / "Dockerfile").read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert lines[0] == "FROM python:3.12-slim" and "COPY llmgw.pyz /opt/llmgw/llmgw.pyz" in lines
+    assert "ENV SHIV_ROOT=/tmp/llmgw" in lines and "USER 10001:10001" in lines
+    (run,) = [line[4:] for line in lines if line.startswith("RUN chmod")]
+    zipapp = tmp_path / "opt" / "llmgw" / "llmgw.pyz"
+    zipapp.parent.mkdir(parents=True)
+    zipapp.write_text("import sys\nprint('ran with', sys.argv[1:])\n")
+    (tmp_path / "bin").mkdir()
+    run = run.replace("/opt/llmgw/llmgw.pyz", str(zipapp)).replace("/usr/local/bin/llmgw", str(tmp_path / "bin" / "llmgw"))
+    done = subprocess.run(["sh", "-c", run], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    ran = subprocess.run([str(tmp_path / "bin" / "llmgw"), "ctl", "status", "--json"], capture_output=True, text=True)
+    assert ran.stdout == "ran with ['ctl', 'status', '--json']\n", ran.stderr
