@@ -242,6 +242,9 @@ class KeyResolver:
         plain = hash_secret(secret)
         entry = await self._entry(plain)
         if entry.resolved is None:
+            if before is not None and before.resolved is not None:  # moved by another gateway or worker since
+                self._cache.pop(keyed_hash, None)  # its "not found" entry, older than the move
+                return await self._entry(keyed_hash)
             return missing
         key_id = entry.resolved.key.id
         try:
@@ -255,6 +258,8 @@ class KeyResolver:
             self._cache.pop(plain, None)
             self._cache.pop(keyed_hash, None)  # its "not found" entry
             self._hash_of.pop(key_id, None)
+        else:  # moved by another gateway or worker first: found under the keyed hash from the next request on
+            self._cache.pop(keyed_hash, None)
         return entry
 
     def invalidate(self, key_id: str | None = None) -> None:
@@ -359,6 +364,11 @@ class KeyResolver:
         if task.cancelled() or task.exception() is not None:
             return
         entry = task.result()
+        if entry.resolved is None and getattr(self._cache.get(key_hash), "resolved", None) is not None:
+            # a key gone from this hash (deleted, or moved by another gateway or worker to the keyed hash):
+            # "not found" entries older than that may be wrong now, so they are looked up again
+            for stale in [h for h, e in self._cache.items() if e.resolved is None]:
+                del self._cache[stale]
         self._cache[key_hash] = entry
         self._cache.move_to_end(key_hash)
         if entry.resolved is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import types
@@ -11,7 +12,7 @@ import pytest
 from llmgw.auth.key_hash import FINGERPRINT_SETTING, KeyHasher, KeyHashError, ensure_key_hasher, key_hasher_of
 from llmgw.auth.keys import KeyResolver, hash_secret
 from llmgw.auth.tenancy import Tenancy
-from llmgw.store import Store
+from llmgw.store import Store, StoreError
 
 
 def config_in(folder) -> types.SimpleNamespace:
@@ -73,3 +74,57 @@ def test_a_damaged_secret_file_is_named(tmp_path) -> None:
     (tmp_path / "key-hash-secret").write_text("not hex\n")
     assert key_hasher_of(config_in(tmp_path)) == KeyHasher()  # tools fall back to the plain hash
     assert KeyHasher().hash("x") == hash_secret("x")
+
+
+class _MovedFirst:
+    """The store as a second gateway sees it: `first`, another gateway on the same store, resolves the key (and
+    so moves it to the keyed hash) just before this one tries to move it."""
+
+    def __init__(self, store: Store, first: KeyResolver, secret: str) -> None:
+        self._store, self._first, self._secret = store, first, secret
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def rehash_key(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        await self._first.resolve(self._secret)
+        return await self._store.rehash_key(key_id, old_hash, new_hash)
+
+
+async def test_a_key_moved_by_another_gateway_first_keeps_working_here(store: Store, tmp_path) -> None:
+    hasher = await ensure_key_hasher(config_in(tmp_path), store)
+    await Tenancy(store, actor="test").create("acme")
+    await Tenancy(store, actor="test").create("acme/search", project=True)
+    plain = await Tenancy(store, actor="test").create_key(project="acme/search", name="old")  # plain SHA-256
+    first = KeyResolver(store, hasher=hasher)
+    now = [0.0]
+    second = KeyResolver(_MovedFirst(store, first, plain.secret), hasher=hasher, ttl=1.0, negative_ttl=5.0,
+                         monotonic=lambda: now[0])
+    assert (await second.resolve(plain.secret)).key_id == plain.key.id  # moved by the first gateway meanwhile
+    assert (await store.get_key(plain.key.id)).key_hash == hasher.hash(plain.secret)
+    for t in (0.6, 1.2, 2.0, 4.0):  # past the plain hash's refresh and its time in the cache: never a 401
+        now[0] = t
+        assert (await second.resolve(plain.secret)).key_id == plain.key.id
+        await asyncio.sleep(0)  # a refresh ahead runs
+
+
+async def test_a_key_found_by_its_plain_hash_and_moved_elsewhere_meanwhile_is_found_by_the_keyed_one(
+        store: Store, tmp_path) -> None:
+    hasher = await ensure_key_hasher(config_in(tmp_path), store)
+    await Tenancy(store, actor="test").create("acme")
+    await Tenancy(store, actor="test").create("acme/search", project=True)
+    plain = await Tenancy(store, actor="test").create_key(project="acme/search", name="old")
+    now = [0.0]
+
+    class _Unmovable(_MovedFirst):  # this gateway cannot move it (a store error): it keeps the plain hash's entry
+        async def rehash_key(self, *args):
+            raise StoreError("the store does not answer")
+
+    second = KeyResolver(_Unmovable(store, None, plain.secret), hasher=hasher, ttl=1.0, negative_ttl=5.0,
+                         monotonic=lambda: now[0])
+    assert (await second.resolve(plain.secret)).key_id == plain.key.id
+    assert (await KeyResolver(store, hasher=hasher).resolve(plain.secret)).key_id == plain.key.id  # moved elsewhere
+    for t in (0.6, 1.2, 2.0, 4.0):  # the plain hash's entry refreshed ahead, then gone: the keyed hash answers
+        now[0] = t
+        assert (await second.resolve(plain.secret)).key_id == plain.key.id
+        await asyncio.sleep(0)
