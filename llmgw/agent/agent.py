@@ -44,6 +44,7 @@ from llmgw.agent.supervisor import (
     EXITED, FAILED, READY, STARTING, STOPPED, Shard, Supervisor, SupervisorError, valid_shard_id,
     write_atomic,
 )
+from llmgw.adapters.fetching import AdapterFetchError, fetch_adapters, held_meta, held_of
 from llmgw.agent.weights import WeightsError, WeightsFetcher
 from llmgw.config.agent import AgentConfig
 from llmgw.obs.logs import LogfmtFormatter
@@ -380,6 +381,7 @@ class Agent:
             shard_id=shard.shard_id, state=shard.state, model=shard.model, port=shard.port, pid=shard.pid,
             exit_code=shard.exit_code, message=message, log_tail=tail,
             command_id=self._commands.get(shard.shard_id, ""), dist_port=dist_port,
+            adapters=held_of(shard.meta),  # adapters: what it holds
         ))
 
     def _ready_check(self, engine: str, gpus: tuple[int, ...]) -> Callable[[list[str]], str | None] | None:
@@ -430,13 +432,13 @@ class Agent:
             self._refuse_start(msg, reason, port or 0)
             return
         self._pending.pop(sid, None)
-        plan, weights_path, port = prepared
+        plan, weights_path, port, adapters = prepared
         try:
             shard = await self.supervisor.start(
                 sid, plan, port=port, api_key=msg.api_key, host=self.engine_host, model=msg.model, engine=msg.engine,
                 gpus=msg.gpus, weights=weights_path, start_timeout=self.start_timeout,
                 check_ready=self._ready_check(msg.engine, tuple(msg.gpus)),
-                meta={"engine_version": msg.engine_version}, cwd=self.state_dir,
+                meta={"engine_version": msg.engine_version, "adapters": adapters}, cwd=self.state_dir,
             )
         except SupervisorError as exc:
             self._refuse_start(msg, str(exc), port)
@@ -450,8 +452,8 @@ class Agent:
                                     command_id=msg.command_id))
         self._result(msg.command_id, False, reason)
 
-    async def _prepare(self, msg: wire.StartShard, port: int | None) -> tuple[Any, str, int]:
-        """Check, fetch and plan: (launch plan, weights path, port), or _StartRefused saying why."""
+    async def _prepare(self, msg: wire.StartShard, port: int | None) -> tuple[Any, str, int, list]:
+        """Check, fetch and plan: (launch plan, weights path, port, adapters), or _StartRefused saying why."""
         engine = self.engines.get(msg.engine)
         if engine is None:
             have = ", ".join(sorted(self.engines.engines)) or "none"
@@ -490,6 +492,10 @@ class Agent:
             except WeightsError as exc:
                 raise _StartRefused(f"weights: {exc}") from None
             weights_path = str(path)
+        try:  # adapters: fetched like the weights, before the engine that loads them starts
+            adapter_files = await fetch_adapters(self.weights, msg, self._send)
+        except AdapterFetchError as exc:
+            raise _StartRefused(str(exc)) from None
         spec = LaunchSpec(
             model=msg.model, weights=weights_path, host=self.engine_host, port=port, api_key=msg.api_key,
             gpus=tuple(msg.gpus), args=tuple(msg.args), env=dict(msg.env), cores=msg.cores,
@@ -497,6 +503,7 @@ class Agent:
             devices=visible_devices(self.inventory, msg.gpus),
             nnodes=msg.nnodes, node_rank=msg.node_rank, head_address=msg.head_address, dist_port=msg.dist_port,
             tensor_parallel=msg.tensor_parallel, pipeline_parallel=msg.pipeline_parallel,
+            adapters=adapter_files, max_adapters=msg.max_adapters,
         )
         try:
             plan = engine.plan(spec)
@@ -512,7 +519,8 @@ class Agent:
             except EngineUserError as exc:
                 raise _StartRefused(str(exc)) from None
             plan = attrs.evolve(plan, argv=argv)
-        return plan, weights_path, port
+        return plan, weights_path, port, held_meta(adapter_files, msg.max_adapters,
+                                                   getattr(engine, "adapter_loading", ""))  # adapters
 
     def _take_port(self) -> int | None:
         taken = self.supervisor.ports() | {p for _, _, p in self._pending.values()} | set(self._dist_ports.values())

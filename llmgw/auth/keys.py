@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
+from llmgw.adapters.names import base_aliases
 from llmgw.auth.key_hash import KeyHasher
 from llmgw.auth.principal import AuthError, Principal
 from llmgw.store import ResolvedKey, Store, StoreError
@@ -82,6 +83,8 @@ def model_aliases(config) -> dict[str, str]:
         names[model.name] = model.name
         for alias in model.aliases:
             names.setdefault(alias, model.name)
+    for name, base in base_aliases(getattr(config, "models", ()) or ()).items():  # adapters: allowed as their base
+        names.setdefault(name, base)
     return names
 
 

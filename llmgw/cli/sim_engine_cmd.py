@@ -29,6 +29,8 @@ def register(sub) -> None:
         if field.name == "models":
             parser.add_argument(*names, dest="models", action="append", metavar=metavar,
                                 required=True, help=text)
+        elif field.name == "lora_modules":  # adapters: repeatable, as vLLM's
+            parser.add_argument(*names, dest=field.name, action="append", default=[], metavar=metavar, help=text)
         elif field.type in (bool, "bool"):  # a flag that turns a default-on feature off
             parser.add_argument(*names, dest=field.name, action="store_false", help=text)
         else:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from llmgw.adapters import loading as adapters_loading
 from llmgw.config.secrets import Secret
 from llmgw.control.catalog import CatalogModel, model_to_spec
 from llmgw.control.inventory import Node
@@ -259,6 +260,8 @@ class AgentEvents(_Base):
             rec.port = msg.port
         if msg.dist_port:
             rec.dist_port = msg.dist_port
+        if msg.adapters:
+            rec.adapters = tuple(msg.adapters)  # adapters: what the node holds for it
         if msg.message:
             rec.message = msg.message
         if rec.workers and msg.state in ("failed", "exited", "stopped"):
@@ -317,6 +320,7 @@ class AgentEvents(_Base):
             max_concurrency=max(1, cm.config.concurrency), metrics_url=metrics_url_for(base), source="control",
             labels=dict(node.labels),  # routing profiles: pinned:POOL and router.profiles[].labels read them
         ))
+        adapters_loading.publish_held(self.replicas, rec, cm.config)  # adapters: one replica each it holds
 
     def _gone(self, rec: ReplicaRecord, state: str, message: str, log_tail: tuple[str, ...] = ()) -> None:
         """The shard stopped, failed or exited: forget it, and count a failed start when it was one."""

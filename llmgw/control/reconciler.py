@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from llmgw.adapters import loading as adapters_loading
 from llmgw.config.server import ControlConfig, FacilityConfig
 from llmgw.control.agent_events import CRASH_WINDOW, AgentEvents
 from llmgw.control.catalog import Catalog, CatalogModel, model_to_spec
@@ -816,6 +817,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
             # Port 0: the agent picks one from its engine_ports and says which in ShardStatus.
             cores=profile.cores or None, memory_bytes=int(profile.memory) or None, port=0,
             api_key=self.keys.key_for(shard_id), command_id=f"start:{shard_id}", **ranks,
+            **adapters_loading.start_fields(cm.config),  # adapters: fetched and loaded with the model
         )
 
     def _settle_waiters(self) -> None:

@@ -53,6 +53,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from llmgw.adapters.serving import base_id_of
 from llmgw.config.secrets import Secret
 from llmgw.obs import logs
 from llmgw.router.replicas import Replica, ReplicaSet
@@ -128,7 +129,7 @@ def encode(replicas: ReplicaSet) -> str:
         entries.append({
             "id": r.id, "model": r.model, "url": r.base_url, "engine_model": r.engine_model, "api": r.api,
             "max_concurrency": r.max_concurrency, "labels": dict(r.labels), "metrics_url": r.metrics_url,
-            "healthy": r.usable(now),
+            "healthy": r.usable(now), "body_fields": dict(r.body_fields),  # adapters: llama.cpp's lora
         })
     entries.sort(key=lambda e: e["id"])
     return json.dumps({"replicas": entries}, sort_keys=True, separators=(",", ":"))
@@ -437,8 +438,10 @@ class ReplicaView:
                 continue
             self.replicas.add(Replica(
                 id=rid, model=e["model"], base_url=url, engine_model=e.get("engine_model") or "",
-                api_key=Secret(self.keys.key_for(rid), origin="derived"), api=e.get("api") or "openai",
+                api_key=Secret(self.keys.key_for(base_id_of(rid)), origin="derived"),  # adapters: the base's key
+                api=e.get("api") or "openai",
                 max_concurrency=concurrency, labels=labels, metrics_url=e.get("metrics_url"), source="view",
+                body_fields=dict(e.get("body_fields") or {}),
             ))
 
     def _error(self, message: str) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from llmgw.adapters import loading as adapters_loading
 from llmgw.config.server import ServerConfig
 from llmgw.config.validate import split_address
 from llmgw.control.catalog import Catalog, CatalogModel
@@ -397,15 +398,24 @@ class ControlPlane:
                 return await view.wait_started(cm.name, timeout)
             leader = self.leadership.leader
             raise ModelUnavailable(f"this control plane is a standby; the leader is {leader or 'not known yet'}")
+        if (adapter := adapters_loading.split(self.catalog, model)) is not None:  # adapters: loaded on demand
+            return await self._adapter_loader().ensure(*adapter, timeout)
         await self.reconciler.ensure_started(model, timeout)
+
+    def _adapter_loader(self) -> adapters_loading.AdapterLoader:
+        loader = getattr(self, "_adapters", None)
+        if loader is None or loader.reconciler is not self.reconciler:
+            loader = self._adapters = adapters_loading.AdapterLoader(self.reconciler)
+        return loader
 
     def touch(self, model: str) -> None:
         if self.reconciler is not None:
-            self.reconciler.touch(model)
+            adapter = adapters_loading.split(self.catalog, model)  # adapters: a request for one uses its base
+            self.reconciler.touch(adapter[0] if adapter is not None else model)
 
     def knows(self, model: str) -> bool:
-        """Whether the catalog has this model (or alias), running or not."""
-        return model in self.catalog
+        """Whether the catalog has this model (or alias, or adapter), running or not."""
+        return model in self.catalog or adapters_loading.split(self.catalog, model) is not None
 
     # ---------------------------------------------------------------- for the admin API
 

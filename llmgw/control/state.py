@@ -97,6 +97,8 @@ class ReplicaRecord:
     #: where rank 0 meets the other ranks, as its agent chose: their starts wait for it
     dist_port: int = 0
     head_gone: bool = False  #: rank 0 has stopped while other ranks were still being stopped
+    #: adapters: what its node fetched for it (wire AdapterHeld: name, path, loaded at start)
+    adapters: tuple[Any, ...] = ()
 
     @property
     def nodes(self) -> tuple[str, ...]:

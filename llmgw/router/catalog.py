@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import attrs
 
+from llmgw.adapters.names import adapter_names, full_name
 from llmgw.config.server import ModelConfig
 from llmgw.router.replicas import DEFAULT_CONCURRENCY, ReplicaSet
 
@@ -50,6 +51,11 @@ class Catalog:
             names[m.name] = m.name
             for alias in m.aliases:
                 names.setdefault(alias, m.name)
+        # adapters: BASE:NAME (and ALIAS:NAME, NAME) served as models of their own, limited as their base is
+        for asked, (base, adapter) in adapter_names(m for m in models if m.name not in judges).items():
+            full = full_name(base, adapter)
+            found.setdefault(full, CatalogModel(full, concurrency=found[base].concurrency))
+            names.setdefault(asked, full)
         # A fallback may be written as an alias: keep canonical names.
         for name, model in list(found.items()):
             canonical = tuple(dict.fromkeys(names.get(f, f) for f in model.fallbacks

@@ -23,6 +23,7 @@ import attrs
 from aiohttp import web
 
 from llmgw import __version__
+from llmgw.adapters import serving as adapters_serving
 from llmgw.config.server import RouterTimeouts
 from llmgw.router import anthropic_upstream
 from llmgw.router.errors import GatewayError, error_body, upstream_error
@@ -111,6 +112,7 @@ class Upstream:
         anthropic = replica.api == "anthropic"  # an Anthropic-shaped provider: llmgw.router.anthropic_upstream
         if anthropic:
             body, path = anthropic_upstream.request(body, path)
+        body = adapters_serving.with_body_fields(replica, body, content_type)  # adapters: llama.cpp's lora
         headers = {"Content-Type": content_type, "X-Request-Id": request_id}
         if trace:
             headers.update(trace)

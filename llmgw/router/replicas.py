@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import attrs
@@ -92,6 +92,8 @@ class Replica:
     source: str = "static"  # who added it: static (server.yaml) or control (the scheduler)
     #: headers sent with every request to it (federation: x-llmgw-hop, llmgw.router.federation)
     extra_headers: dict[str, str] = attrs.Factory(dict)
+    #: adapters: fields laid over every request's JSON body (llama.cpp's `lora`; llmgw.adapters.serving)
+    body_fields: dict[str, Any] = attrs.Factory(dict)
     # -- live state, kept by the router
     in_flight: int = 0
     health: Health = attrs.Factory(Health)

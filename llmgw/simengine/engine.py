@@ -106,6 +106,8 @@ class Engine:
         self._faults = random.Random(options.seed)
         # Each model's blocks hash from their own root: models share no prefixes.
         self._roots = {m: tokens.digest(m) for m in options.models}
+        #: adapters: the LoRA adapters it holds (llmgw.simengine.adapters), set by the server
+        self.adapters = None
 
     def cache_usage(self) -> float:
         return min(1.0, self.held_blocks / self.options.kv_cache_blocks)
@@ -151,8 +153,11 @@ class Engine:
         request_seed = _NO_SEED if plan.seed is None else plan.seed
         for p, (prompt, (budget, finish)) in enumerate(zip(plan.prompts, self.budgets(plan))):
             prompt_seed = tokens.digest(prompt.text)
+            adapter = self.adapters.get(plan.model) if self.adapters is not None else None
             for i in range(plan.n):
                 seed = tokens.mix(prompt_seed, request_seed, self.options.seed, i)
+                if adapter is not None:  # adapters: its own words for the same prompt
+                    seed = tokens.mix(seed, adapter.digest)
                 if plan.model.startswith(ECHO_PREFIX) and plan.tool is None and plan.json_format is None:
                     choice = _echo_choice(plan, prompt, p * plan.n + i, budget)
                 else:
@@ -186,7 +191,9 @@ class Engine:
             else:
                 finish = "stop"
         else:
-            lead = tokens.split_text(self.options.answer_prefix)[:budget] if self.options.answer_prefix else []
+            adapter = self.adapters.get(plan.model) if self.adapters is not None else None
+            prefix = adapter.answer_prefix if adapter is not None else self.options.answer_prefix  # adapters
+            lead = tokens.split_text(prefix)[:budget] if prefix else []
             pieces = lead + tokens.generate(seed, budget - len(lead))
         spent = len(pieces)
         if plan.stop:
@@ -243,7 +250,7 @@ class Run:
     def look_up(self, model: str, prompts: list[Prompt]) -> None:
         engine = self.engine
         cache = engine.cache
-        root = engine._roots[model]
+        root = engine._roots.get(model) or tokens.digest(model)  # adapters: an adapter's own root
         cached = 0
         if cache.enabled:
             for prompt in prompts:

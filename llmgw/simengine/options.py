@@ -205,6 +205,22 @@ class SimOptions:
         ),
     )
 
+    lora_modules: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=tuple,
+        metadata=_flag(
+            "--lora-modules",
+            "a LoRA adapter loaded at start, as NAME=PATH (repeatable): a request for NAME is answered by it "
+            "(vLLM's flag; POST /v1/load_lora_adapter loads more while it runs)",
+            "NAME=PATH",
+        ),
+    )
+    max_loras: int = attrs.field(
+        default=8,
+        validator=_non_negative,
+        metadata=_flag("--max-loras", "LoRA adapters held at once; a load past it is refused", "N"),
+    )
+
     @property
     def model_label(self) -> str:
         """The model_name label on every metric: the first served name, as in vLLM."""

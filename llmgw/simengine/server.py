@@ -23,6 +23,7 @@ import attrs
 from aiohttp import web
 
 from llmgw import __version__
+from llmgw.simengine import adapters as sim_adapters
 from llmgw.simengine import embeddings, scoring
 from llmgw.simengine.engine import Choice, Engine, request_id
 from llmgw.simengine.logprobs import chat_logprobs, chat_token, completion_logprobs
@@ -85,7 +86,7 @@ async def _generate(request: web.Request, parse) -> web.StreamResponse:
     arrival = asyncio.get_running_loop().time()
     engine = request.app[ENGINE]
     try:
-        plan = parse(await read_json(request), engine.options)
+        plan = sim_adapters.parse_with(parse, await read_json(request), engine)  # adapters: a request for one
         choices = engine.answer(plan)
         engine.maybe_fail()
     except APIError as exc:
@@ -291,7 +292,9 @@ async def tokenize_handler(request: web.Request) -> web.Response:
 
 
 async def models_handler(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[MODELS_BODY], content_type=JSON_CONTENT_TYPE)
+    body = sim_adapters.models_body(request.app[MODELS_BODY], request.app[sim_adapters.ADAPTERS], int(time.time()),
+                                    request.app[ENGINE].options.context_length)  # adapters: listed after
+    return web.Response(body=body, content_type=JSON_CONTENT_TYPE)
 
 
 async def health_handler(request: web.Request) -> web.Response:
@@ -337,6 +340,8 @@ def make_app(options: SimOptions) -> web.Application:
     middlewares = [_key_middleware(options.api_key)] if options.api_key else []
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
     app[ENGINE] = Engine(options)
+    app[sim_adapters.ADAPTERS] = app[ENGINE].adapters = sim_adapters.Adapters(
+        options.models[0], options.max_loras, options.lora_modules)
     app[MODELS_BODY] = _models_body(options)
     app.router.add_routes([
         web.post("/v1/chat/completions", chat_completions),
@@ -346,6 +351,8 @@ def make_app(options: SimOptions) -> web.Application:
         web.post("/rerank", scoring.rerank_handler),
         web.post("/v1/score", scoring.score_handler),
         web.get("/v1/models", models_handler),
+        web.post("/v1/load_lora_adapter", sim_adapters.load_handler),
+        web.post("/v1/unload_lora_adapter", sim_adapters.unload_handler),
         web.post("/tokenize", tokenize_handler),
         web.get("/health", health_handler),
         web.get("/version", version_handler),

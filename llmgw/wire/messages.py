@@ -22,6 +22,7 @@ __all__ = [
     # pieces
     "CpuInfo", "DiskFree", "MigInstance", "GpuInfo", "Inventory", "RunningShard",
     "WeightsPresent", "GpuSensor", "ShardSummary", "WeightsSource", "EngineInstalled", "EngineWant",
+    "AdapterSource", "AdapterHeld",
     "ENGINE_INSTALL_STATES",
     # agent -> control plane
     "Register", "Heartbeat", "ShardStatus", "WeightsProgress", "LogChunk", "CommandResult", "EngineStatus",
@@ -182,6 +183,25 @@ class WeightsSource:
 
 
 @attrs.frozen
+class AdapterSource:
+    """adapters: a LoRA adapter a replica serves beside its model, fetched as its weights are."""
+
+    name: str  #: the adapter's own name (the engine serves it by this)
+    source: str  #: as WeightsSource.source
+    sha256: str = ""
+    scale: float = 1.0
+
+
+@attrs.frozen
+class AdapterHeld:
+    """adapters: an adapter a shard's node fetched, where it lies there, and whether the engine loaded it."""
+
+    name: str
+    path: str = ""
+    loaded: bool = False  #: loaded at start; False: on the node, loaded when asked for (max_adapters)
+
+
+@attrs.frozen
 class EngineInstalled:
     """One engine installation a node holds: an engine at one version, and where."""
 
@@ -257,6 +277,7 @@ class ShardStatus:
     command_id: str = ""  #: the StartShard/StopShard this answers, when it answers one
     #: rank 0 of a replica over several nodes: the port the other ranks meet it at (its agent chose it)
     dist_port: int = 0
+    adapters: tuple[AdapterHeld, ...] = ()  #: adapters: what the shard's node fetched for it, and loaded
 
 
 @attrs.frozen
@@ -364,6 +385,9 @@ class StartShard:
     dist_port: int = 0
     tensor_parallel: int = 0
     pipeline_parallel: int = 0
+    #: adapters: the model's LoRA adapters, in order, and how many the engine holds at once (0: all, from start)
+    adapters: tuple[AdapterSource, ...] = ()
+    max_adapters: int = 0
 
 
 @attrs.frozen

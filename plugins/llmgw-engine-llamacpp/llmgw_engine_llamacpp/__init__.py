@@ -106,6 +106,11 @@ class LlamaCppEngine(Engine):
             argv += ["--threads", str(spec.cores)]
         if spec.context_length:
             argv += ["--ctx-size", str(spec.context_length)]
+        # adapters: each loaded at start at scale 0, so a request for the base model gets none; one for an
+        # adapter carries "lora": [{"id": its index, "scale": ...}] (llmgw.adapters.serving). Not
+        # --lora-init-without-apply: that leaves every scale at 1 for requests that name none.
+        for adapter in spec.adapters:
+            argv += ["--lora-scaled", f"{adapter.path}:0"]
         argv += list(spec.args)
         # llama-server reads its key from LLAMA_API_KEY: never on the command line.
         env = {**spec.env, **gpu_env(spec), "LLAMA_API_KEY": spec.api_key}

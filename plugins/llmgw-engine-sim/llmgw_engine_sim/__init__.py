@@ -27,7 +27,8 @@ class SimEngine(Engine):
             "--kv-cache-blocks= --no-enable-prefix-caching --embedding-dim= --context-length= --max-model-len= "
             "--fail-rate= --task= --answer-tokens= --answer-prefix="
         ),
-        managed=("--host", "--port", "--listen", "--model", "--served-model-name", "--api-key"),
+        managed=("--host", "--port", "--listen", "--model", "--served-model-name", "--api-key",
+                 "--lora-modules", "--max-loras"),  # adapters: from the model's adapters
         env=("TZ",),
         env_managed=("LLMGW_ENGINE_API_KEY", "VLLM_API_KEY"),
     )
@@ -36,6 +37,11 @@ class SimEngine(Engine):
         argv = [*self_command(), "sim-engine", "--model", spec.model, "--host", spec.host, "--port", str(spec.port)]
         if spec.context_length:
             argv += ["--context-length", str(spec.context_length)]
+        if spec.adapters:  # adapters: as vLLM: all at start, or room for max_adapters loaded on demand
+            argv += ["--max-loras", str(spec.max_adapters if spec.max_adapters > 0 else len(spec.adapters))]
+            if spec.max_adapters <= 0:
+                for adapter in spec.adapters:
+                    argv += ["--lora-modules", f"{adapter.name}={adapter.path}"]
         argv += list(spec.args)
         env = {**spec.env, "LLMGW_ENGINE_API_KEY": spec.api_key}
         return LaunchPlan(argv=argv, env=env)

@@ -38,6 +38,7 @@ class VllmEngine(Engine):
             "--calculate-kv-scales --max-parallel-loading-workers= --disable-sliding-window --max-long-partial-prefills= "
             "--enable-sleep-mode --num-scheduler-steps= --guided-decoding-backend= --structured-outputs-config= "
             "--disable-fastapi-docs --enable-prompt-tokens-details --enable-force-include-usage "
+            "--max-lora-rank= --max-cpu-loras= --lora-dtype= --fully-sharded-loras "  # adapters: their sizes
             "--return-tokens-as-token-ids --max-cudagraph-capture-size= --cuda-graph-sizes="
         ),
         managed=("--model", "--host", "--port", "--api-key", "--served-model-name", "--tensor-parallel-size", "-tp"),
@@ -72,7 +73,8 @@ class VllmEngine(Engine):
         },
         env=(*COMMON_ENV, "VLLM_*", "TORCH_*", "PYTORCH_*", "HF_*", "TOKENIZERS_*", "TRANSFORMERS_*",
              "TRITON_*", "FLASHINFER_*", "MKL_*"),
-        env_managed=(*GPU_ENV, "VLLM_API_KEY", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE"),
+        env_managed=(*GPU_ENV, "VLLM_API_KEY", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE",
+                     "VLLM_ALLOW_RUNTIME_LORA_UPDATING"),  # adapters: set from max_adapters
     )
 
     def plan(self, spec: LaunchSpec) -> LaunchPlan:
@@ -99,8 +101,11 @@ class VllmEngine(Engine):
                 argv.append("--headless")
         if spec.context_length:
             argv += ["--max-model-len", str(spec.context_length)]
+        argv += adapter_args(spec)
         argv += list(spec.args)
         env = {**spec.env, **gpu_env(spec), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+        if spec.adapters and spec.max_adapters > 0:  # adapters: loaded on demand by /v1/load_lora_adapter
+            env[RUNTIME_LORA_ENV] = "True"
         if worker:  # serves no HTTP: no key, and it is up while it runs
             return LaunchPlan(argv=argv, env=env, ready_path="", metrics_path=None)
         env["VLLM_API_KEY"] = spec.api_key
@@ -109,6 +114,20 @@ class VllmEngine(Engine):
     def version(self, binary=None):
         # Read from the environment's package metadata: importing the engine takes seconds and a GPU.
         return dist_version(binary, "vllm")
+
+
+#: adapters: what lets vLLM load and unload adapters while it runs (POST /v1/load_lora_adapter)
+RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+
+
+def adapter_args(spec: LaunchSpec) -> list[str]:
+    """adapters: --enable-lora with room for max_adapters; with max_adapters 0, every adapter loaded at start."""
+    if not spec.adapters:
+        return []
+    args = ["--enable-lora", "--max-loras", str(spec.max_adapters if spec.max_adapters > 0 else len(spec.adapters))]
+    if spec.max_adapters <= 0:
+        args += ["--lora-modules", *(f"{a.name}={a.path}" for a in spec.adapters)]
+    return args
 
 
 @hookimpl
