@@ -243,6 +243,7 @@ class KeyResolver:
     async def _upgrade(self, secret: str, keyed_hash: str, missing: _Entry) -> _Entry:
         """A key stored under its plain SHA-256: found by it and moved to the keyed hash."""
         plain = hash_secret(secret)
+        before = self._cache.get(plain)
         entry = await self._entry(plain)
         if entry.resolved is None:
             if before is not None and before.resolved is not None:  # moved by another gateway or worker since
