@@ -32,6 +32,7 @@ from llmgw.admin import handlers_rollout as hr
 from llmgw.admin import handlers_storage as hst
 from llmgw.admin import handlers_usage as hu
 from llmgw.admin import handlers_upgrade as hup  # ctl upgrade
+from llmgw.admin import handlers_releases as hrel  # the mirror's releases, for upgrades
 from llmgw.admin import server_config as hs
 from llmgw.admin.api_types import (
     AuditList,
@@ -255,7 +256,9 @@ ROUTES: tuple[Route, ...] = (
           summary="Serve a model from a repository or the mirror"),
     Route(method="POST", path="/upgrade", handler=hup.upgrade_cluster, tag="cluster", response=JobInfo,
           request=hup.UpgradeRequest, status=202, action="cluster.upgrade", target="cluster",
-          summary="Upgrade every node's agent to a signed release"),
+          summary="Upgrade the control planes, then every node's agent, to a signed release"),
+    Route(method="GET", path="/releases", handler=hrel.list_releases, tag="cluster", response=hrel.ReleaseList,
+          summary="List the mirror's releases, each checked against the trusted keys"),
     Route(method="GET", path="/model-updates", handler=hc.list_model_updates, tag="cluster",
           response=ModelUpdateList, summary="New files for served models"),
     Route(method="POST", path="/model-updates/check", handler=hc.check_model_updates, tag="cluster",

@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from llmgw.install.layout import Layout
-    from llmgw.install.patroni import PatroniError, plan, write_cluster
+    from llmgw.install.patroni import PatroniError, plan, write_cluster, written_lines
 
     layout = Layout(Path(args.root))
     if not args.members:
@@ -67,15 +67,6 @@ def run(args: argparse.Namespace) -> int:
     except PatroniError as exc:
         print(f"llmgw server init --patroni: {exc}; nothing was written", file=sys.stderr)
         return 2
-    names = sorted({m.name for m in p.members} | {e.name for e in p.etcd})
-    print(f"Wrote {p.out}/ for a store of {len(p.members)} PostgreSQL members under Patroni and "
-          f"{len(p.etcd)} etcd members, all on TLS from the CA in {p.ca_dir}:")
-    for name in names:
-        m = next((m for m in p.members if m.name == name), None)
-        e = next((e for e in p.etcd if e.name == name), None)
-        what = " and ".join(x for x in ("Patroni + PostgreSQL" if m else "", "etcd" if e else "") if x)
-        print(f"  {p.out / name}/  for {(m or e).host}: {what}; copy it there and run `sudo sh install.sh` in it")
-    print(f"  {p.out / 'store-dsn'}  the store's address, every member in it (0600):\n    {written.dsn_shown}")
-    print("Then on each control plane: `llmgw server init --store \"$(cat store-dsn)\"` (a new one), or put the "
-          "address in its store-dsn file (an installed one) and restart llmgw-server.")
+    for line in written_lines(p, written):
+        print(line)
     return 0

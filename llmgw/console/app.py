@@ -100,6 +100,8 @@ class ConsoleApp:
         self.widget = _Root(self)
         self.dialogs: list[Dialog] = []
         self.tasks: set[asyncio.Task] = set()
+        #: what reads a job again while its dialog is open (views/jobs.py follow_job); not waited for by settle
+        self.followers: set[asyncio.Task] = set()
         self.main_loop: urwid.MainLoop | None = None
         self.finished: asyncio.Future | None = None
         self.done = False
@@ -328,7 +330,10 @@ class ConsoleApp:
             try:
                 call = send(values)
             except ValueError as exc:
-                dialog.say(str(exc))
+                field = getattr(exc, "field", "")  # a mistake found only now, in one field: said under it
+                if field in dialog.errors:
+                    dialog.errors[field].set_text(str(exc))
+                dialog.say("" if field in dialog.errors else str(exc))
                 return
             if not inspect.isawaitable(call):  # done here, nothing to send (find in the manual)
                 self.close(dialog)
@@ -391,6 +396,18 @@ class ConsoleApp:
         task.add_done_callback(self.tasks.discard)
         return task
 
+    def follow(self, reading: Awaitable[None]) -> asyncio.Task:
+        """Run `reading` (a job read again while its dialog is open) until it returns or the console ends."""
+        task = asyncio.get_running_loop().create_task(reading)
+        self.followers.add(task)
+        task.add_done_callback(self.followers.discard)
+        return task
+
+    async def stop_following(self) -> None:
+        for task in list(self.followers):
+            task.cancel()
+        await asyncio.gather(*self.followers, return_exceptions=True)
+
     async def settle(self) -> None:
         """Wait until no change and no read is under way (tests)."""
         for _ in range(100):
@@ -427,4 +444,5 @@ class ConsoleApp:
             for task in [*self.tasks, *(w.task for w in self.model.watched.values() if w.reading)]:
                 task.cancel()
             await asyncio.gather(watcher, *self.tasks, return_exceptions=True)
+            await self.stop_following()
             await self.api.close()

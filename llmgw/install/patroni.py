@@ -37,7 +37,7 @@ import yaml
 from llmgw.install.service import MARKER
 
 __all__ = ["PatroniError", "Member", "EtcdMember", "PatroniPlan", "parse_members", "parse_etcd", "plan",
-           "write_cluster", "Written", "find_bin_dir"]
+           "write_cluster", "Written", "find_bin_dir", "written_lines"]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 PG_PORT, API_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT = 5432, 8008, 2379, 2380
@@ -47,6 +47,12 @@ STORE_USER = STORE_DATABASE = "llmgw"
 
 class PatroniError(Exception):
     """A field of `llmgw server init --patroni` is wrong, or a file cannot be written; the message says which."""
+
+    @property
+    def option(self) -> str:
+        """The option the message starts with (--members), so a form can say it under its field; empty if none."""
+        head = str(self).split(":", 1)[0]
+        return head if head.startswith("--") and " " not in head else ""
 
 
 @attrs.frozen
@@ -522,3 +528,22 @@ def write_cluster(p: PatroniPlan) -> Written:
     from llmgw.store.postgres import redact
 
     return Written(dsn=dsn, dsn_shown=redact(dsn), files=files)
+
+
+def written_lines(p: PatroniPlan, written: Written) -> list[str]:
+    """What to do with what `write_cluster` wrote, per machine, and the store's address with its password hidden:
+    what `server init --patroni` prints and the console's Do → Replicate the store shows."""
+    names = sorted({m.name for m in p.members} | {e.name for e in p.etcd})
+    lines = [f"Wrote {p.out}/ for a store of {len(p.members)} PostgreSQL members under Patroni and "
+             f"{len(p.etcd)} etcd members, all on TLS from the CA in {p.ca_dir}:"]
+    for name in names:
+        m = next((m for m in p.members if m.name == name), None)
+        e = next((e for e in p.etcd if e.name == name), None)
+        what = " and ".join(x for x in ("Patroni + PostgreSQL" if m else "", "etcd" if e else "") if x)
+        lines.append(f"  {p.out / name}/  for {(m or e).host}: {what}; copy it there and run `sudo sh install.sh` "
+                     "in it")
+    lines.append(f"  {p.out / 'store-dsn'}  the store's address, every member in it (0600):")
+    lines.append(f"    {written.dsn_shown}")
+    lines.append("Then on each control plane: `llmgw server init --store \"$(cat store-dsn)\"` (a new one), or put "
+                 "the address in its store-dsn file (an installed one) and restart llmgw-server.")
+    return lines

@@ -175,6 +175,10 @@ def _listing(request: web.Request, layout: Layout, parts: list[str]) -> web.Stre
     base = request.app[BASE_URL] or f"{request.scheme}://{request.host}"
     if not parts:
         return web.json_response({"models": [{"name": m, "versions": layout.versions(m)} for m in layout.models()]})
+    if parts == ["_llmgw", "releases"]:  # the releases `llmgw mirror release add` put here (GET /releases)
+        from llmgw.release.store import list_releases
+
+        return web.json_response({"releases": list_releases(layout.root)})
     try:
         check_model_name(parts[0])
     except LayoutError:

@@ -29,5 +29,6 @@ async def app(live):
     await console.settle()
     console.update_lines()
     yield console
+    await console.stop_following()
     await console.settle()
     await console.api.close()

@@ -95,6 +95,12 @@ class Actions:
     async def job(self, job_id: str) -> dict[str, Any]:
         return await self.api.get(f"/jobs/{quote(job_id)}")
 
+    # ---- upgrades
+
+    async def upgrade(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Start the cluster's upgrade (or its way back) on the leader: the job, at once."""
+        return await self._call(("jobs", "nodes"), "POST", "/upgrade", body)
+
     # ---- models
 
     async def model_detail(self, name: str) -> dict[str, Any]:

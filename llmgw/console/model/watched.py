@@ -70,6 +70,7 @@ class ConsoleModel:
             "backups": lambda: api.get("/backups"),
             "server-config": lambda: api.get("/server-config"),
             "jobs": lambda: self._list("/jobs", "jobs"),
+            "releases": lambda: api.get("/releases"),
             "logs": self._logs,
         }
         self.watched = {name: Watched(name, fetch) for name, fetch in fetchers.items()}

@@ -7,7 +7,9 @@ from llmgw.console.views.manual import ManualView
 from llmgw.console.views.models import ModelsView
 from llmgw.console.views.orgs import OrgsView
 from llmgw.console.views.people import AccountsView, AuditView, KeysView
+from llmgw.console.views.replicate import ReplicateView
 from llmgw.console.views.settings import SettingsView
+from llmgw.console.views.upgrade import UpgradeView
 from llmgw.console.views.usage import QuotasView, UsageView
 
 GROUPS = (
@@ -16,7 +18,7 @@ GROUPS = (
     ("People", (AccountsView, KeysView, OrgsView, AuditView)),
     ("Help", (ManualView,)),
     ("Settings", (SettingsView,)),
-    ("Do", (AddNodeView, RestartAllView, BackUpView, NotifyTestView, LeaveView)),
+    ("Do", (AddNodeView, RestartAllView, UpgradeView, BackUpView, ReplicateView, NotifyTestView, LeaveView)),
 )
 
 __all__ = ["GROUPS"]

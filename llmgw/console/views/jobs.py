@@ -1,20 +1,33 @@
-"""Watch: Jobs — the models being served or changed on the control plane; Enter shows a job's steps.
+"""Watch: Jobs — the models being served or changed on the control plane; Enter follows a job's steps.
 
 The jobs are the leader's (`GET /api/v1/jobs`, llmgw/control/jobs.py): a
 change started from here runs there whatever this screen does; this view
 follows it. The sidebar's entry says how many are running.
+
+`follow_job` is the one way the console shows a job: its steps in a dialog,
+read again every FOLLOW_S seconds while it is open and the job runs, ending
+with how it ended in words. Enter on a job here opens it; so does a change
+started from Do that the leader runs as a job (an upgrade).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmgw.console.views.base import Action, TableView, ago, counts, when
 from llmgw.console.widgets import Row
 from llmgw.compat import fromisoformat
 
-__all__ = ["JobsView", "job_lines"]
+if TYPE_CHECKING:
+    from llmgw.console.app import ConsoleApp
+    from llmgw.console.widgets import Message
+
+__all__ = ["FOLLOW_S", "JobsView", "follow_job", "job_lines", "job_result"]
+
+#: Seconds between reads of a job followed in its dialog.
+FOLLOW_S = 1.0
 
 #: States of a job that has not ended.
 ACTIVE = ("running", "waiting")
@@ -55,9 +68,7 @@ class JobsView(TableView):
             self.steps(row.key)
 
     def steps(self, job_id: str) -> None:
-        self.app.run(self.actions.job(job_id),
-                     lambda job: self.app.show(f"Job {job_id}: {job['kind']} {job['model']}", job_lines(job)),
-                     busy="reading…")
+        self.app.run(self.actions.job(job_id), lambda job: follow_job(self.app, job), busy="reading…")
 
 
 def job_lines(job: dict[str, Any]) -> list[Any]:
@@ -66,8 +77,48 @@ def job_lines(job: dict[str, Any]) -> list[Any]:
                         f"started {when(job['started'])} by {job['by']}"
                         + (f", ended {when(job['ended'])}" if job.get("ended") else ""), ""]
     lines += [f"{_clock(s['at'])}  {s['text']}" for s in job["steps"]]
+    result = job_result(job)
+    if result:
+        lines += ["", result]
     lines += ["", ("dim", f"`llmgw ctl jobs {job['id']}` follows it in a terminal.")]
     return lines
+
+
+def job_result(job: dict[str, Any]) -> Any:
+    """How a job that ended ended, in words; None while it runs or waits."""
+    if job["state"] == "done":
+        return ("good", f"Done: {job['now']}")
+    if job["state"] == "failed":
+        return ("error", f"Failed: {job['now']}")
+    return None
+
+
+def follow_job(app: ConsoleApp, job: dict[str, Any]) -> Message:
+    """`job`'s steps in a dialog, read again every FOLLOW_S seconds while the dialog is open and the job has not
+    ended; closing the dialog stops the reading, not the job."""
+    title = f"Job {job['id']}: {job['kind']} {job['model']}"
+    dialog = app.show(title, job_lines(job), at_end=True)
+    if job["state"] not in ACTIVE:
+        return dialog
+
+    async def follow() -> None:
+        latest = job
+        while latest["state"] in ACTIVE and dialog in app.dialogs and not app.done:
+            await asyncio.sleep(FOLLOW_S)
+            if dialog not in app.dialogs or app.done:
+                return
+            try:
+                latest = await app.actions.job(job["id"])
+            except Exception as exc:  # noqa: BLE001 - said in the dialog; read again on the next turn
+                dialog.set_lines([*job_lines(latest), ("warn", f"could not read it again: "
+                                                               f"{getattr(exc, 'message', exc)}")])
+            else:
+                dialog.set_lines(job_lines(latest))
+            app.view.refresh()
+            app.redraw()
+
+    app.follow(follow())
+    return dialog
 
 
 def _clock(value: str) -> str:

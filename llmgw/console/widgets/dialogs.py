@@ -51,9 +51,19 @@ class Message(Dialog):
     def __init__(self, title: str, lines: Sequence[str | tuple[str, str]], on_close: Callable[[], None], *,
                  attr: str = "dialog", max_rows: int = MAX_ROWS, at_end: bool = False) -> None:
         self.on_close = on_close
+        self.max_rows, self.at_end = max_rows, at_end
+        self.lines = list(lines)
         self.body = _lines(lines, max_rows, at_end=at_end)
         super().__init__(title, [self.body, urwid.Divider(), urwid.AttrMap(urwid.Text("Enter closes"), "dim")],
                          attr=attr)
+
+    def set_lines(self, lines: Sequence[str | tuple[str, str]]) -> None:
+        """Show `lines` instead (a job read again); a long one is shown from its newest line when `at_end`."""
+        if list(lines) == self.lines:
+            return
+        self.lines = list(lines)
+        self.body = _lines(lines, self.max_rows, at_end=self.at_end)
+        self.pile.contents[0] = (self.body, self.pile.options())
 
     def keypress(self, size, key: str) -> str | None:
         if key in ("enter", "esc", "left"):

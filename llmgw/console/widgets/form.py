@@ -19,9 +19,17 @@ from llmgw.config.units import ByteSize, Duration
 from llmgw.console.widgets.dialogs import Dialog
 from llmgw.console.widgets.table import SelectableText
 
-__all__ = ["ChoiceField", "Form", "TextField", "duration", "size", "text", "whole"]
+__all__ = ["ChoiceField", "FieldError", "Form", "TextField", "duration", "size", "text", "whole"]
 
 Parser = Callable[[str], Any]
+
+
+class FieldError(ValueError):
+    """A mistake in one field found only when the values are taken together: said under `field`."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 # ---------------------------------------------------------------- parsers
