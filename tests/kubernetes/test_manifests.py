@@ -70,6 +70,9 @@ def test_what_is_written_and_how_it_is_kept(out):
     secrets = secret_data(out, "llmgw-secrets")
     assert len(secrets["admin-token"].strip()) == 43  # as server init makes it
     assert len(bytes.fromhex(secrets["key-hash-secret"].strip())) == 32
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["run"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}  # the secrets' 0600 copies
+    assert volumes["state"]["emptyDir"] == {"sizeLimit": "1Gi"}  # /var/lib/llmgw: on the node's disk
     (account,) = find(out, "ServiceAccount")
     assert account["automountServiceAccountToken"] is False
     (pdb,) = find(out, "PodDisruptionBudget")
@@ -85,7 +88,7 @@ def test_server_yaml_is_read_by_our_loader_with_the_files_where_the_pod_has_them
     done = subprocess.run([pod.localize(word) for word in init["command"]], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     for name in ("admin-token", "key-hash-secret", "store-dsn"):
-        assert stat.S_IMODE(Path(pod.local(f"/var/lib/llmgw/{name}")).stat().st_mode) == 0o600
+        assert stat.S_IMODE(Path(pod.local(f"/run/llmgw/{name}")).stat().st_mode) == 0o600
     config = load_server_config(pod.finish("/etc/llmgw/server.yaml"))
     assert config.store.backend == "postgres"
     assert config.store.dsn.reveal() == secret_data(out, "llmgw-secrets")["store-dsn"].strip()

@@ -61,10 +61,10 @@ def test_the_pod_command_lines_serve_probes_and_an_agent_outside_joins(tmp_path,
     init, = spec["initContainers"]
     server, = spec["containers"]
 
-    # The init container: the Secret's files (0440, as the kubelet writes them) copied 0600 into the state folder.
+    # The init container: the Secret's files (0440, as the kubelet writes them) copied 0600 into /run/llmgw.
     done = subprocess.run([pod.localize(w) for w in init["command"]], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    state = Path(pod.local("/var/lib/llmgw"))
+    state = Path(pod.local("/run/llmgw"))
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in state.iterdir()} == {
         "admin-token": 0o600, "key-hash-secret": 0o600, "store-dsn": 0o600}
 

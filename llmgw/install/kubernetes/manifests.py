@@ -5,9 +5,12 @@ What runs where:
 - a StatefulSet of control planes (`llmgw server`, one pod each); they share
   the PostgreSQL store, and one of them leads through the lease kept there,
   as on hosts (docs/control-plane.md);
-- an init container copies the mounted secrets into the pod's own state
-  folder, mode 0600 and owned by the server's user, because a Secret volume
-  is read-only and group-readable and the server keeps its token 0600;
+- an init container copies the mounted secrets into /run/llmgw (memory),
+  mode 0600 and owned by the server's user, because a Secret volume is
+  read-only and group-readable and the server keeps its token 0600;
+- the state folder (/var/lib/llmgw: control-plane.id, the journals of usage
+  and audit rows the store has not taken yet) is an emptyDir: it outlives a
+  container's restart, not the pod;
 - a Service for clients (the gateway, `listen`), sending requests only to
   pods whose /ready says they serve a model;
 - one Service per control plane for the agents (the mutual-TLS port): agents
@@ -36,6 +39,7 @@ PATHS = {
     "config": "/etc/llmgw/server.yaml",
     "tls": "/etc/llmgw/tls",
     "secrets": "/etc/llmgw/secrets",
+    "run": "/run/llmgw",
     "state": "/var/lib/llmgw",
     "tmp": "/tmp",
 }
@@ -61,7 +65,7 @@ def _meta(opts: KubeOptions, name: str, component: str, **extra: Any) -> dict[st
 
 def server_yaml(opts: KubeOptions) -> str:
     """The ConfigMap's server.yaml: listeners, and where the pod has its certificate, token and store address."""
-    state, tls = PATHS["state"], PATHS["tls"]
+    run, tls = PATHS["run"], PATHS["tls"]
     return "\n".join([
         f"# server.yaml of the llmgw control planes in namespace {opts.namespace}, made by `llmgw server kube`.",
         "# Every key: `llmgw docs reference`. Secrets are not here: the pod has them in files.",
@@ -71,7 +75,7 @@ def server_yaml(opts: KubeOptions) -> str:
         f'listen: ":{PORTS["api"]}"',
         "# The admin API stays on the pod's loopback: kubectl exec, or kubectl port-forward.",
         f'admin_listen: "127.0.0.1:{PORTS["admin"]}"',
-        f'admin_token_file: "{state}/admin-token"',
+        f'admin_token_file: "{run}/admin-token"',  # the key-hash secret beside it
         f'metrics_listen: ":{PORTS["metrics"]}"',
         "",
         "# Agents outside the cluster connect here, through the Services "
@@ -84,7 +88,7 @@ def server_yaml(opts: KubeOptions) -> str:
         "",
         "store:",
         "  # PostgreSQL, shared by every control plane; the leader's lease is kept there.",
-        f'  dsn: "file:{state}/store-dsn"',
+        f'  dsn: "file:{run}/store-dsn"',
         "",
         "auth:",
         "  keys_required: true",
@@ -153,8 +157,8 @@ def _restricted(uid: int) -> dict[str, Any]:
 
 
 def init_command() -> list[str]:
-    """The init container's: the Secret's files into the state folder, 0600 and the server's own."""
-    return ["sh", "-c", f"install -m 0600 {PATHS['secrets']}/* {PATHS['state']}/"]
+    """The init container's: the Secret's files into /run/llmgw, 0600 and the server's own."""
+    return ["sh", "-c", f"install -m 0600 {PATHS['secrets']}/* {PATHS['run']}/"]
 
 
 def server_command() -> list[str]:
@@ -166,6 +170,7 @@ def _control_planes(opts: KubeOptions) -> dict[str, Any]:
     mounts = [
         {"name": "config", "mountPath": PATHS["config"], "subPath": "server.yaml", "readOnly": True},
         {"name": "tls", "mountPath": PATHS["tls"], "readOnly": True},
+        {"name": "run", "mountPath": PATHS["run"], "readOnly": True},
         {"name": "state", "mountPath": PATHS["state"]},
         {"name": "tmp", "mountPath": PATHS["tmp"]},
     ]
@@ -192,7 +197,7 @@ def _control_planes(opts: KubeOptions) -> dict[str, Any]:
             "command": init_command(),
             "securityContext": _restricted(SERVER_UID),
             "volumeMounts": [{"name": "secrets", "mountPath": PATHS["secrets"], "readOnly": True},
-                             {"name": "state", "mountPath": PATHS["state"]}],
+                             {"name": "run", "mountPath": PATHS["run"]}],
         }],
         "containers": [{
             "name": "server",
@@ -216,9 +221,10 @@ def _control_planes(opts: KubeOptions) -> dict[str, Any]:
             {"name": "config", "configMap": {"name": f"{opts.name}-config"}},
             {"name": "tls", "secret": {"secretName": f"{opts.name}-tls", "defaultMode": 0o440}},
             {"name": "secrets", "secret": {"secretName": f"{opts.name}-secrets", "defaultMode": 0o440}},
-            # The token, the key-hash secret, the store's address (0600) and control-plane.id, by which a
-            # restarted container takes its own lease back at once.
-            {"name": "state", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+            # The token, the key-hash secret and the store's address, 0600, in memory.
+            {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+            # control-plane.id, by which a restarted container takes its own lease back at once, and the journals.
+            {"name": "state", "emptyDir": {"sizeLimit": "1Gi"}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
         ],
     }
