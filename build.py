@@ -75,7 +75,8 @@ ARCHES = ("x86_64", "aarch64")
 PACKAGES = ("llmgw[fast]",)
 PLUGIN_DIRS = "plugins/*"
 # Optional packages, left out (with a note) for a Python or machine PyPI has no wheel of them for.
-OPTIONAL = {"uvloop": "asyncio's own event loop is used instead"}
+OPTIONAL = {"uvloop": "asyncio's own event loop is used instead",
+            "orjson": "the standard json module is used instead"}
 # glibc 2.28 (Debian 10, RHEL 8, Ubuntu 18.10) and later.
 GLIBC_TAGS = ("manylinux_2_28", "manylinux_2_27", "manylinux_2_26", "manylinux_2_24", "manylinux_2_17",
               "manylinux2014", "manylinux_2_12", "manylinux2010", "manylinux_2_5", "manylinux1")

@@ -142,6 +142,10 @@ class _LiveCollector:
         return family
 
 
+#: Series kept by GatewayMetrics._child before it starts again (models × tenants × outcomes stay far below).
+_MAX_CHILDREN = 50_000
+
+
 class GatewayMetrics:
     """Every gateway series, in a registry of its own (several gateways may share a process in tests)."""
 
@@ -152,6 +156,7 @@ class GatewayMetrics:
         self.tag_labels = tuple(tag_labels)
         self.tag_label_values = tag_label_values
         self._tag_values: dict[str, set[str]] = {name: set() for name in self.tag_labels}
+        self._children: dict[tuple, Any] = {}  # (metric, label values) -> its series, see _child
         self.requests = Counter("llmgw_requests", defn("llmgw_requests_total").help,
                                 ["model", "outcome", *self.tag_labels], registry=reg)
         self.tenant_requests = Counter("llmgw_tenant_requests", "Requests answered, by tenant and outcome.",
@@ -203,22 +208,34 @@ class GatewayMetrics:
     def request_done(self, *, model: str, tenant: str, outcome: str, duration: float,
                      prompt_tokens: int, completion_tokens: int, ttft: float | None,
                      tpot: float | None, tags: Sequence[str] = ()) -> None:
-        self.requests.labels(model, outcome, *self._tag_label_values(tags)).inc()
-        self.tenant_requests.labels(tenant, outcome).inc()
-        self.duration.labels(model).observe(duration)
+        child = self._child
+        child(self.requests, model, outcome, *self._tag_label_values(tags)).inc()
+        child(self.tenant_requests, tenant, outcome).inc()
+        child(self.duration, model).observe(duration)
         if prompt_tokens:
-            self.tokens.labels(model, "prompt").inc(prompt_tokens)
-            self.tenant_tokens.labels(tenant, "prompt").inc(prompt_tokens)
+            child(self.tokens, model, "prompt").inc(prompt_tokens)
+            child(self.tenant_tokens, tenant, "prompt").inc(prompt_tokens)
         if completion_tokens:
-            self.tokens.labels(model, "completion").inc(completion_tokens)
-            self.tenant_tokens.labels(tenant, "completion").inc(completion_tokens)
+            child(self.tokens, model, "completion").inc(completion_tokens)
+            child(self.tenant_tokens, tenant, "completion").inc(completion_tokens)
         if ttft is not None:
-            self.ttft.labels(model).observe(ttft)
-            self.tenant_ttft.labels(tenant).observe(ttft)
+            child(self.ttft, model).observe(ttft)
+            child(self.tenant_ttft, tenant).observe(ttft)
         if tpot is not None:
-            self.tpot.labels(model).observe(tpot)
+            child(self.tpot, model).observe(tpot)
             if tpot > 0:
-                self.output_rate.labels(model).observe(1.0 / tpot)
+                child(self.output_rate, model).observe(1.0 / tpot)
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, found once per series and kept (labels() checks and converts every value,
+        under a lock, each time: a dozen times a request). No series here is ever removed."""
+        key = (metric, values)
+        found = self._children.get(key)
+        if found is None:
+            if len(self._children) >= _MAX_CHILDREN:
+                self._children.clear()
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def _tag_label_values(self, tags: Sequence[str]) -> list[str]:
         """The value of each tag label for a request's tags (`name=value`): "" when it has none, `other`

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import secrets
+import os
 import time
 from typing import Any
 
@@ -113,8 +113,26 @@ def _span(call: Call, name: str):
     return _NO_SPAN if call.trace is None else call.trace.span(name)
 
 
-def new_request_id() -> str:
-    return "req_" + secrets.token_hex(12)
+class _RequestIds:
+    """`req_` and 24 random hex digits, the random bytes read from the system 512 ids at a time (one
+    read a request was a system call's worth of the request's CPU); a forked child reads its own."""
+
+    def __init__(self) -> None:
+        self._hex, self._at = "", 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._hex, self._at = "", 0
+
+    def __call__(self) -> str:
+        at = self._at
+        if at >= len(self._hex):
+            self._hex, at = os.urandom(12 * 512).hex(), 0
+        self._at = at + 24
+        return "req_" + self._hex[at:at + 24]
+
+
+new_request_id = _RequestIds()
 
 
 async def serve(request: web.Request, kind: str, path: str, dialect: Dialect | None = None) -> web.StreamResponse:
@@ -455,12 +473,8 @@ def _failure_fallbacks(gw: Gateway, call: Call) -> list[str]:
     principal = call.principal
     chain = [f for f in gw.catalog.fallbacks(call.model)
              if f != call.model_served and principal is not None and principal.may_use(f)]
-    try:
-        from llmgw.router.residency import in_cluster_reason, served_in_cluster
-    except ImportError:  # pragma: no cover - residency is part of the router
-        return chain
-    if chain and in_cluster_reason(gw, principal, call.guard):
-        chain = [f for f in chain if served_in_cluster(gw, f)]
+    if chain and residency.in_cluster_reason(gw, principal, call.guard):
+        chain = [f for f in chain if residency.served_in_cluster(gw, f)]
     return chain
 
 

@@ -14,6 +14,7 @@ buffered, the metrics listener stops, and the store closes last.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 
@@ -112,6 +113,9 @@ async def _serve(in_force: ConfigInForce, store: Store, stop: asyncio.Event, dra
     pool = None  # workers: worker 0's other workers
     try:
         await runner.setup()  # the key resolver, the accountant and the rest (cleanup context)
+        # What start-up made (modules, config, the app) lives as long as the process: kept out of the cycle
+        # collector's passes, whose full ones walked all of it on the event loop (the saturation tail).
+        gc.freeze()
         if worker:  # workers: worker 0's replicas and models before the first client
             from llmgw.server.workers import start_following
             await start_following(app, stop)
