@@ -624,8 +624,7 @@ class PlacementPass:
         pack = self._pack[s] = (room[1], room[3], room[2], self._ids[s], s)
         group = self._group[s]
         for view in self._slot_views[s]:
-            index = view.index
-            index.move(group, old_pack if index.fits(old_room) else None, pack if index.fits(room) else None)
+            view.index.move(group, old_room, old_pack, room, pack)
         self._log.append((s, room))
         if len(self._log) > len(self._room):
             self._base, self._log = list(self._room), []  # a new list: decisions keep the old one

@@ -67,13 +67,13 @@ class PackingIndex:
         self.groups = groups
         self.heads = sorted((members[0], g) for g, members in groups.items())
 
-    def move(self, group: int, old: PackKey | None, new: PackKey | None) -> None:
-        """A node of `group` had room at pack key `old` (None: no room) and now has it at `new`."""
+    def move(self, group: int, old_room: Room, old: PackKey, room: Room, new: PackKey) -> None:
+        """A node of `group` had `old_room` (its pack key `old`) and now has `room` (at `new`)."""
         members = self.groups.get(group)
         head = members[0] if members else None
-        if old is not None and members:
+        if members and self.fits(old_room):
             del members[bisect_left(members, old)]
-        if new is not None:
+        if self.fits(room):
             if members is None:
                 members = self.groups[group] = []
             insort(members, new)
