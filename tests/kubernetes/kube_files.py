@@ -102,3 +102,40 @@ class PodFiles:
         path = Path(self.local(server_yaml_path))
         path.write_text(self.localize(path.read_text()))
         return path
+
+
+class LocalPod:
+    """One control plane pod run here: its volumes laid out (PodFiles), the init container's command run, its
+    ports moved to free ones (the pod has them to itself; this machine does not), its server command ready."""
+
+    def __init__(self, out: Path, root: Path, *, control: str = "{reconcile_interval: 1s}") -> None:
+        import subprocess
+        import sys
+
+        from tests.conftest import free_port
+
+        self.files = PodFiles(out, root)
+        (init,) = self.files.pod["initContainers"]
+        (self.server,) = self.files.pod["containers"]
+        self.init = subprocess.run([self.files.localize(w) for w in init["command"]], capture_output=True, text=True)
+        ports = {p["name"]: p["containerPort"] for p in self.server["ports"]}
+        self.ports = {name: free_port() for name in (*ports, "admin")}
+        self.config = self.files.finish("/etc/llmgw/server.yaml")
+        text = self.config.read_text()
+        for name, port in ports.items():
+            text = text.replace(f'":{port}"', f'"127.0.0.1:{self.ports[name]}"')
+        text = text.replace('"127.0.0.1:9090"', f'"127.0.0.1:{self.ports["admin"]}"')
+        self.config.write_text(text.replace("models: []", f"control: {control}\nmodels: []"))
+        command = [self.files.localize(w) for w in self.server["command"]]
+        assert command[:2] == ["python3", "/opt/llmgw/llmgw.pyz"]
+        self.command = [sys.executable, "-m", "llmgw", *command[2:]]  # the zipapp's part: this checkout
+
+    def probe(self, name: str) -> str:
+        get = self.server[name]["httpGet"]
+        return f"http://127.0.0.1:{self.ports[get['port']]}{get['path']}"
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.ports['api']}{path}"
+
+    def admin(self) -> list[str]:
+        return ["--admin", f"http://127.0.0.1:{self.ports['admin']}", "--token-file", self.files.local("/run/llmgw/admin-token")]

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.up.procs import descendants
-from tests.conftest import free_port
-from tests.kubernetes.kube_files import PodFiles, control_plane, kube
+from tests.kubernetes.kube_files import LocalPod, control_plane, kube
 
 pytestmark = pytest.mark.slow
 
@@ -56,42 +55,19 @@ def test_the_pod_command_lines_serve_probes_and_an_agent_outside_joins(tmp_path,
     out = tmp_path / "manifests"
     assert kube(out, "--store", "external", "--dsn-file", str(tmp_path / "dsn"), "--replicas", "1",
                 "--agent-host", "127.0.0.1") == 0
-    pod = PodFiles(out, tmp_path / "pod")
-    spec = pod.pod
-    init, = spec["initContainers"]
-    server, = spec["containers"]
-
+    pod = LocalPod(out, tmp_path / "pod")
     # The init container: the Secret's files (0440, as the kubelet writes them) copied 0600 into /run/llmgw.
-    done = subprocess.run([pod.localize(w) for w in init["command"]], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    state = Path(pod.local("/run/llmgw"))
+    assert pod.init.returncode == 0, pod.init.stderr
+    state = Path(pod.files.local("/run/llmgw"))
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in state.iterdir()} == {
         "admin-token": 0o600, "key-hash-secret": 0o600, "store-dsn": 0o600}
-
-    # The pod's ports, moved to free ones here (the pod has them to itself; this machine does not).
-    ports = {p["name"]: p["containerPort"] for p in server["ports"]}
-    here = {name: free_port() for name in (*ports, "admin")}
-    config = pod.finish("/etc/llmgw/server.yaml")
-    text = config.read_text()
-    for name, port in ports.items():
-        text = text.replace(f'":{port}"', f'"127.0.0.1:{here[name]}"')
-    text = text.replace('"127.0.0.1:9090"', f'"127.0.0.1:{here["admin"]}"')
-    text = text.replace("models: []", "control: {reconcile_interval: 1s}\nmodels: []")
-    config.write_text(text)
-
-    command = [pod.localize(w) for w in server["command"]]
-    assert command[:2] == ["python3", "/opt/llmgw/llmgw.pyz"]
-    command = [sys.executable, "-m", "llmgw", *command[2:]]  # the zipapp's part: this checkout
-
-    def probe(name: str) -> str:
-        get = server[name]["httpGet"]
-        return f"http://127.0.0.1:{here[get['port']]}{get['path']}"
+    config, here, probe = pod.config, pod.ports, pod.probe
 
     procs: list[subprocess.Popen] = []
     engines: list[int] = []
     log = tmp_path / "server.log"
     try:
-        procs.append(subprocess.Popen(command, env=ENV, cwd=tmp_path, stdout=open(log, "wb"), stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(pod.command, env=ENV, cwd=tmp_path, stdout=open(log, "wb"), stderr=subprocess.STDOUT))
         wait_for(lambda: status_of(probe("startupProbe")) == 200, 90, "the startup probe", log)
         assert status_of(probe("livenessProbe")) == 200
         # Not ready while no model is served: the clients' Service sends it nothing yet.
@@ -120,7 +96,7 @@ def test_the_pod_command_lines_serve_probes_and_an_agent_outside_joins(tmp_path,
         agent_log = tmp_path / "agent.log"
         procs.append(subprocess.Popen([sys.executable, "-m", "llmgw", "agent", "--config", str(tmp_path / "agent.yaml")],
                                       env=ENV, stdout=open(agent_log, "wb"), stderr=subprocess.STDOUT))
-        admin = ["--admin", f"http://127.0.0.1:{here['admin']}", "--token-file", str(state / "admin-token")]
+        admin = pod.admin()
         added = llmgw("ctl", "model", "add", "-", *admin,
                       input="name: tiny\nengine: sim\nprofiles: [{name: cpu}]\nscaling: {min: 1, max: 1}\n")
         assert added.returncode == 0, added.stderr
