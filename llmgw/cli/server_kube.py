@@ -54,7 +54,7 @@ def register(server_sub) -> None:
                    help="the clients' Service type (default ClusterIP, for an Ingress in front)")
     p.add_argument("--ca", dest="ca_dir", default="", metavar="DIR",
                    help="an existing cluster CA (ca.pem, ca-key.pem) to issue the server certificate from "
-                        "(default: a new one, in DIR/pki)")
+                        "(default: a new one, in the pki folder of --out)")
     p.add_argument("--helm", action="store_true",
                    help="write a Helm chart (DIR/helm/llmgw) and its values for these options instead of the "
                         "resources it makes; the namespace and the Secrets stay manifests, applied first")
