@@ -246,8 +246,11 @@ class KeyResolver:
         before = self._cache.get(plain)
         entry = await self._entry(plain)
         if entry.resolved is None:
-            if before is not None and before.resolved is not None:  # moved by another gateway or worker since
-                self._cache.pop(keyed_hash, None)  # its "not found" entry, older than the move
+            # found by its plain hash until now, or not found by it just now: it may have been moved by another
+            # gateway or worker since the keyed hash was looked up, so that is looked up again (once: both "not
+            # found" entries are then cached, and an unknown key costs no more queries until they expire)
+            if (before is not None and before.resolved is not None) or entry.loaded >= asked:
+                self._cache.pop(keyed_hash, None)  # its "not found" entry, maybe older than the move
                 return await self._entry(keyed_hash)
             return missing
         key_id = entry.resolved.key.id

@@ -11,6 +11,7 @@ import pytest
 
 from llmgw.auth.key_hash import FINGERPRINT_SETTING, KeyHasher, KeyHashError, ensure_key_hasher, key_hasher_of
 from llmgw.auth.keys import KeyResolver, hash_secret
+from llmgw.auth.principal import AuthError
 from llmgw.auth.tenancy import Tenancy
 from llmgw.store import Store, StoreError
 
@@ -128,3 +129,25 @@ async def test_a_key_found_by_its_plain_hash_and_moved_elsewhere_meanwhile_is_fo
         now[0] = t
         assert (await second.resolve(plain.secret)).key_id == plain.key.id
         await asyncio.sleep(0)
+
+
+async def test_a_key_moved_by_another_gateway_between_its_two_look_ups_here_is_found(store: Store, tmp_path) -> None:
+    hasher = await ensure_key_hasher(config_in(tmp_path), store)
+    await Tenancy(store, actor="test").create("acme")
+    await Tenancy(store, actor="test").create("acme/search", project=True)
+    plain = await Tenancy(store, actor="test").create_key(project="acme/search", name="old")
+    first = KeyResolver(store, hasher=hasher)
+
+    class _MovedBetween(_MovedFirst):  # the other gateway moves it after this one missed the keyed hash
+        async def resolve_key(self, key_hash: str):
+            if key_hash == hash_secret(plain.secret):
+                await first.resolve(plain.secret)
+            return await self._store.resolve_key(key_hash)
+
+    second = KeyResolver(_MovedBetween(store, first, plain.secret), hasher=hasher)
+    assert (await second.resolve(plain.secret)).key_id == plain.key.id  # not a 401
+    unknown = KeyResolver(store, hasher=hasher)
+    for _ in range(3):  # a secret no key has: three look-ups the first time, then none while the misses are cached
+        with pytest.raises(AuthError):
+            await unknown.resolve("llmgw-" + "x" * 40)
+    assert unknown.lookups == 3
