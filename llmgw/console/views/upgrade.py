@@ -1,5 +1,6 @@
 """Do → Upgrade the cluster: a release from the mirror, how to go (node by node or by rack, roll back or not),
-the order said before it starts, then the job followed live until it ends.
+the order said before it starts, then the job followed live until it ends (through the leader's hand-over:
+the job is read again from the same address, which answers it from the store once it is a standby).
 
 The leader does the work (`POST /upgrade`, docs/upgrades.md); this view reads
 the releases the mirror holds, each checked against the cluster's trusted keys
@@ -38,10 +39,11 @@ class UpgradeView(TextView):
     def lines(self) -> list[Any]:
         out: list[Any] = [
             ("title", "Upgrade the cluster"), "",
-            "Every node's agent is moved to a signed llmgw release from the mirror, one node (or one rack) at a",
-            "time: each agent fetches its zipapp, checks it with its own trusted keys, puts it in place and starts",
-            "it again while its engines keep serving; the next goes once it is back with the new version and the",
-            "same engines. The first failure stops the job in words; it can send the nodes done so far back.", "",
+            "The cluster is moved to a signed llmgw release from the mirror: the standby control planes, then the",
+            "leader (its lease handed over), then every node's agent, one node (or one rack) at a time. Each one",
+            "fetches its zipapp, checks it with its own trusted keys, puts it in place and starts again; an",
+            "agent's engines keep serving. The first failure stops the job in words; it can send back the ones",
+            "done so far.", "",
             ("heading", "Releases in the mirror"),
         ]
         w = self.model["releases"]
@@ -131,10 +133,12 @@ def upgrade_order(release: str, by: str, rollback: bool, nodes: list[dict[str, A
     return [f"Upgrade the cluster to {release}?",
             f"1. The leader checks release {release} on the mirror: its SHA256SUMS signed by a key the cluster "
             "trusts, an llmgw zipapp listed. Refused, nothing changes.",
-            "2. The control planes are named with the version each runs (docs/upgrades.md says how they are "
-            "upgraded).",
-            f"3. The nodes' agents, {order} (in the order the leader finds them connected); "
-            "a node already on the release is passed over.",
+            "2. The standby control planes, one at a time: each checks the release with its own keys, puts it "
+            "in place and starts again.",
+            "3. The leader last of them: it hands its lease to an upgraded standby and starts again; this screen "
+            "loses the admin API for a few seconds and reads the job again from the new leader's record.",
+            f"4. The nodes' agents, {order}: each one's engines keep serving; a node already on the release is "
+            "passed over.",
             "At the first failure the job stops, saying which node and why"
             + ("; the nodes upgraded so far are sent back to the file before." if rollback else
                "; the nodes upgraded so far stay upgraded."),
