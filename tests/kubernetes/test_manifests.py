@@ -70,6 +70,7 @@ def test_what_is_written_and_how_it_is_kept(out):
     secrets = secret_data(out, "llmgw-secrets")
     assert len(secrets["admin-token"].strip()) == 43  # as server init makes it
     assert len(bytes.fromhex(secrets["key-hash-secret"].strip())) == 32
+    assert sts["spec"]["template"]["spec"]["enableServiceLinks"] is False  # no LLMGW_* variables from Services
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert volumes["run"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}  # the secrets' 0600 copies
     assert volumes["state"]["emptyDir"] == {"sizeLimit": "1Gi"}  # /var/lib/llmgw: on the node's disk

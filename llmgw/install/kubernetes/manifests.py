@@ -182,6 +182,8 @@ def _control_planes(opts: KubeOptions) -> dict[str, Any]:
     pod = {
         "serviceAccountName": opts.name,
         "automountServiceAccountToken": False,
+        # No LLMGW_*_SERVICE_HOST variables from the Services: llmgw reads settings from LLMGW_* variables.
+        "enableServiceLinks": False,
         # Agents dial again within a second of a control plane going; a long grace only delays its successor.
         "terminationGracePeriodSeconds": 30,
         "securityContext": {"runAsNonRoot": True, "runAsUser": SERVER_UID, "runAsGroup": SERVER_UID,
