@@ -90,6 +90,9 @@ class ReconcilerObserver:
     def pass_ended(self, rec: Reconciler) -> None:
         """A pass ended; `rec` holds its records and each model's state as the pass left them."""
 
+    def placement_timed(self, seconds: float) -> None:
+        """The pass spent `seconds` placing: every decision of the pass, through its placement round."""
+
     def placed(self, rec: ReplicaRecord, why: str) -> None:
         """A replica was placed on a node (its StartShard goes out at the end of the pass)."""
 

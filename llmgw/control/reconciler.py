@@ -217,6 +217,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
             self._settle_preemptions()
             # Models that had replicas stopped for them first, then critical ones: what a preemption
             # frees goes to the model it was made for.
+            placing = time.perf_counter()  # llmgw_placement_pass_seconds
             with collector_paused():
                 self._round = self._new_round()
                 try:
@@ -226,6 +227,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
                         self._plan(model)
                 finally:
                     self._round = None
+            self.observer.placement_timed(time.perf_counter() - placing)  # llmgw_placement_pass_seconds
             await self._send()
             self._settle_waiters()
             await self.save_parked()

@@ -69,6 +69,8 @@ class ControlMetrics(ReconcilerObserver):
         self.parks = counter("llmgw_model_parks_total")
         d = defn("llmgw_reconcile_duration_seconds")
         self.pass_duration = Histogram(d.family, d.help, buckets=PASS_BUCKETS, registry=reg)
+        d = defn("llmgw_placement_pass_seconds")
+        self.placement_duration = Histogram(d.family, d.help, buckets=PASS_BUCKETS, registry=reg)
         self._pass_started: float | None = None
         self._parked: set[str] = set()
 
@@ -82,6 +84,9 @@ class ControlMetrics(ReconcilerObserver):
             self.pass_duration.observe(time.perf_counter() - self._pass_started)
             self._pass_started = None
         self._parked = {name for name, st in rec.models.items() if st.parked}
+
+    def placement_timed(self, seconds: float) -> None:
+        self.placement_duration.observe(seconds)
 
     def placed(self, rec: ReplicaRecord, why: str) -> None:
         self.placements.labels(rec.model).inc()

@@ -154,6 +154,9 @@ METRICS: tuple[MetricDef, ...] = tuple([
            ("llmgw_model_parked", "gauge", "1 while a model is parked (not placed until it changes or is retried).",
             ("model",)),
            ("llmgw_reconcile_duration_seconds", "histogram", "Time one reconciler pass took.", ()),
+           ("llmgw_placement_pass_seconds", "histogram",
+            "Time one reconciler pass spent placing: every decision of the pass through its placement round, "
+            "while the control plane's event loop waits.", ()),
            ("llmgw_jobs", "gauge", "Changes to models followed until they serve or fail, by kind and state.",
             ("kind", "state")),
            ("llmgw_gpu_assigned", "gauge", "1 for each card a replica holds, naming the model and replica.",
