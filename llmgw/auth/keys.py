@@ -243,7 +243,7 @@ class KeyResolver:
     async def _upgrade(self, secret: str, keyed_hash: str, missing: _Entry) -> _Entry:
         """A key stored under its plain SHA-256: found by it and moved to the keyed hash."""
         plain = hash_secret(secret)
-        before = self._cache.get(plain)
+        before, asked = self._cache.get(plain), self._monotonic()
         entry = await self._entry(plain)
         if entry.resolved is None:
             # found by its plain hash until now, or not found by it just now: it may have been moved by another
