@@ -118,3 +118,26 @@ async def test_without_a_mirror_the_view_says_why_no_release_is_listed(app):
     text = screen(app, WIDE)
     assert "Could not read them: mirror.url is empty: releases are kept in the mirror's file server" in text
     assert "llmgw ctl upgrade RELEASE" in text  # what an upgrade does is said all the same
+
+
+async def test_a_second_upgrade_while_one_runs_is_refused_naming_the_one_running(tmp_path, monkeypatch):
+    monkeypatch.setattr("llmgw.console.views.jobs.FOLLOW_S", 0.1)
+    with UpgradeCluster(tmp_path, silent=("node-a",)) as cluster:  # node-a never comes back: the job runs on
+        first = cluster.start_upgrade({"release": NEW, "timeout": 60})
+        app = ConsoleApp(AdminApi(cluster.live.url, cluster.live.TOKEN, "ann"), machine="cp-test")
+        try:
+            await open_view(app, "Upgrade the cluster")
+            assert "The upgrade running" in screen(app, WIDE)
+            await keys(app, "enter")
+            assert f"Follow the upgrade running ({first['id']})" in screen(app, WIDE)
+            await choose(app, f"Upgrade to {NEW}")
+            await keys(app, "tab", "tab", "tab", "enter", "y")
+            shown = said(screen(app, WIDE))
+            assert "Refused" in screen(app, WIDE)
+            assert f"an upgrade is already running ({first['id']}:" in shown
+            assert f"`llmgw ctl jobs {first['id']}` follows it" in shown
+            assert [j["id"] for j in cluster.upgrade_jobs()] == [first["id"]]
+        finally:
+            await app.stop_following()
+            await app.settle()
+            await app.api.close()

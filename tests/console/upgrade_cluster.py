@@ -33,8 +33,9 @@ class UpgradeCluster:
     """The admin API (LiveAdmin, its own thread and loop) over a ControlPlane on that loop, with the mirror and
     the agents (node-a in rack r1, node-b in rack r2) on it too."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, silent: tuple[str, ...] = ()) -> None:
         self.tmp = tmp
+        self.silent = silent  #: nodes whose agent takes the Upgrade and never comes back
         private, trust, public = make_key(tmp / "keys")
         stranger, stranger_trust, _ = make_key(tmp / "stranger")
         self.mirror_dir = tmp / "mirror"
@@ -70,8 +71,8 @@ class UpgradeCluster:
         await self.plane.start()
         self.slot.plane = self.plane
         assert await self.plane.leadership.wait_leading(5)
-        self.agents += [ScriptedAgent(self.agent_url, "node-a", rack="r1"),
-                        ScriptedAgent(self.agent_url, "node-b", rack="r2")]
+        self.agents += [ScriptedAgent(self.agent_url, "node-a", rack="r1", silent="node-a" in self.silent),
+                        ScriptedAgent(self.agent_url, "node-b", rack="r2", silent="node-b" in self.silent)]
         for _ in range(200):
             if all(self.plane.endpoint.sessions.get(a.node) is not None for a in self.agents):
                 return
@@ -101,6 +102,16 @@ class UpgradeCluster:
         req = urllib.request.Request(self.live.url + "/api/v1/jobs", headers=self.live.headers())
         with urllib.request.urlopen(req, timeout=10) as r:
             return [j for j in json.load(r)["jobs"] if j["kind"] == "upgrade"]
+
+    def start_upgrade(self, body: dict) -> dict:
+        """POST /upgrade as `llmgw ctl upgrade` sends it: the job."""
+        import json
+        import urllib.request
+
+        req = urllib.request.Request(self.live.url + "/api/v1/upgrade", data=json.dumps(body).encode(),
+                                     method="POST", headers=self.live.headers())
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.load(r)
 
     def audited(self, action: str) -> list:
         return [e for e in self.live.run(self.live.store.list_audit(limit=1000)) if e.action == action]
