@@ -125,6 +125,7 @@ class JobDriver:
         self._tasks: dict[str, asyncio.Task] = {}  #: model -> the task changing it
         self._records: dict[str, JobRecord] = {}  #: job id -> its record, as last written
         self._called_off: set[str] = set()  #: ids of jobs cancelled to end them (not to hand them over)
+        self._taking_over = asyncio.Lock()  #: one take-over at a time: a job is never carried on twice
 
     def busy(self, model: str) -> bool:
         """Whether a job changing `model` runs (one that has ended is not, while its record is removed)."""
@@ -172,7 +173,8 @@ class JobDriver:
                 if job.id in self._called_off:
                     self.plane.jobs.end(job, "failed", self.cancelled_words)
                 else:
-                    keep = True
+                    keep = True  # its record stays in the store, no longer this control plane's
+                    self._records.pop(job.id, None)
                     self.plane.jobs.end(job, "failed", self.handed_over_words)
                 raise
             except Exception as exc:  # noqa: BLE001 - a job ends in words whatever went wrong
@@ -220,19 +222,22 @@ class JobDriver:
     async def take_over(self) -> list[Job]:
         """On gaining the lease: carry on (or end safely) every job of this driver's kinds that a former
         leader left running in the store. Returns the jobs taken over."""
-        running = {getattr(t, "job_id", "") for t in self._tasks.values() if not t.done()}
+        async with self._taking_over:
+            return await self._take_over()
+
+    async def _take_over(self) -> list[Job]:
         taken = []
         for record in await load_records(self.plane.store):
-            if record.kind not in self.kinds or record.id in running:
-                continue
+            running = {getattr(t, "job_id", "") for t in self._tasks.values() if not t.done()}
+            if record.kind not in self.kinds or record.id in running or record.id in self._records:
+                continue  # not ours to carry on, or one this control plane drives (perhaps just started)
             job = self.plane.jobs.restore(record.id, record.model, record.kind, record.by, record.started,
                                           [JobStep(at=s["at"], text=s["text"]) for s in record.steps])
             job.driven = True
             self._records[job.id] = record
             me = self.plane.holder
             old = record.holder or "the former leader"
-            after = f"after {old} (epoch {record.epoch}) lost the lease" if old != me else \
-                f"after its own restart (epoch {record.epoch})"
+            after = f"after {old} (epoch {record.epoch}) lost the lease"
             logs.event(log, "job taken over", job=job.id, kind=job.kind, model=job.model, stage=record.stage,
                        former=old)
             try:

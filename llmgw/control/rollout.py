@@ -180,12 +180,13 @@ class ModelRollouts(JobDriver):
         suite = self._suite(gate)
         source = self._new_revision(cm, to)
         replicas = max(1, self._ready_count(cm.name), self._wanted(cm.name))
-        canary = await self._start_canary(cm, source, 0.0, replicas, actor, for_update=True)
-        job = self._job(cm.name, "update", actor,
-                        f"{actor} asked to update {cm.name} from {cm.config.source or '(no source)'} to {source}")
-        await self._record(job, "starting", model=cm.name, to=source, gate=dict(gate) if gate else None,
-                           actor=actor, **{"from": cm.config.source})
-        self._run(cm.name, job, self._update(job, cm.name, canary, suite, actor, cm.config.source))
+        async with self._taking_over:  # a take-over meanwhile would find its canary and no job following it
+            canary = await self._start_canary(cm, source, 0.0, replicas, actor, for_update=True)
+            job = self._job(cm.name, "update", actor, f"{actor} asked to update {cm.name} from "
+                                                      f"{cm.config.source or '(no source)'} to {source}")
+            await self._record(job, "starting", model=cm.name, to=source, gate=dict(gate) if gate else None,
+                               actor=actor, **{"from": cm.config.source})
+            self._run(cm.name, job, self._update(job, cm.name, canary, suite, actor, cm.config.source))
         return job
 
     async def canary(self, model: str, to: str, *, weight: Any, replicas: int = 1,
@@ -593,12 +594,12 @@ class ModelRollouts(JobDriver):
             return self._canary(job, name, canary, suite, resumed=True)
         return self._promote(job, name, canary, suite, actor, from_source, resumed=True)
 
-    async def take_over(self) -> list[Job]:
+    async def _take_over(self) -> list[Job]:
         """Carry on the changes a former leader left running; then take out an update's canary that no job
         follows any more (its leader stopped before it wrote the job), so no model runs two revisions for
-        nothing."""
+        nothing. (An update starting here meanwhile waits: it holds the same lock while it starts.)"""
         await self.catalog.load()  # the canaries and kept revisions as the store holds them now
-        taken = await super().take_over()
+        taken = await super()._take_over()
         for canary in list(self.state().canaries.values()):
             if canary.for_update and not self.busy(canary.model):
                 logs.event(log, "an update's canary no job follows taken out", logging.WARNING, model=canary.model,

@@ -171,3 +171,36 @@ async def test_refusals_change_nothing_and_a_failed_fetch_adds_nothing(cluster, 
     assert done["state"] == "failed"
     assert "the mirror could not fetch acme/no-such-repo" in done["now"]
     assert {m["name"] for m in (await admin.call("GET", "/models"))["models"]} == before
+
+
+async def test_a_serve_handed_over_mid_way_is_carried_on_from_its_stage_and_fetches_and_adds_once(cluster, tmp_path,
+                                                                                                   registry):
+    """The leader stops leading just after the serve began: its copy of the job says so, the job stays in the
+    store, and the leader that takes the lease (here the same one, back) carries it on to done, nothing twice."""
+    config, slot, client, agent, admin, files_url = cluster
+    plane = slot.plane
+    started = await admin.call("POST", "/model-serve", {"source": "acme/tiny-chat-GGUF", "files": ["*Q8_0*"],
+                                                         "name": "kept"})
+    await plane.serving.hand_over()
+    handed = await admin.call("GET", f"/jobs/{started['id']}")
+    assert handed["state"] == "failed"
+    assert handed["now"] == ("failed: handed over: this control plane stopped leading; the next leader carries it "
+                             "on from its last stage")
+    await plane.serving.take_over()  # as on gaining the lease (which may have come first, on a slow machine)
+    done = await _job(admin, started["id"])
+    steps = [s["text"] for s in done["steps"]]
+    assert done["state"] == "done", "\n".join(steps)
+    resumed = [s for s in steps if s.startswith("resumed by cp-1 after cp-1 (epoch 1) lost the lease, from its "
+                                                 "stage '")]
+    assert len(resumed) == 1, steps
+    assert done["now"].startswith("done: kept serves: it answered hello") and \
+        done["now"].endswith("(resumed by cp-1 after cp-1 (epoch 1) lost the lease)"), done["now"]
+    assert sum(1 for s in steps if s.startswith("added kept ")) == 1, steps
+    assert [m.model for m in agent.shards.values()].count("kept") == 1
+    gets = [g["path"] for g in registry.file_gets()]
+    assert len(gets) == len(set(gets)), gets  # each file fetched from the registry once
+    for _ in range(50):  # removed once the job's task has ended, just after the job
+        if await plane.store.get_setting(f"control.jobs.{started['id']}") is None:
+            break
+        await asyncio.sleep(0.1)
+    assert await plane.store.get_setting(f"control.jobs.{started['id']}") is None
