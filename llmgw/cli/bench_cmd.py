@@ -110,6 +110,13 @@ def _register_gateway(benches) -> None:
     p.add_argument("--workers", type=int, default=1, metavar="W",
                    help="also measure llmgw with W worker processes on one port, their limits in a redis-server "
                         "it starts (needs redis-server; default 1: not measured)")
+    p.add_argument("--gateways", type=int, default=1, metavar="N",  # scaled: llmgw.bench.gateway_scaled
+                   help="also measure llmgw as N control planes on one PostgreSQL store, the load spread over them "
+                        "(with --workers W: N x W processes too), their limits in a redis-server it starts, beside "
+                        "one process (default 1: not measured)")
+    p.add_argument("--store", metavar="DSN",  # scaled: llmgw.bench.gateway_scaled
+                   help="with --gateways: the PostgreSQL the control planes share (default: a throw-away one from "
+                        "Debian's postgresql binaries)")
     add_json_flag(p)
     p.set_defaults(handler=run_gateway)
 
@@ -128,18 +135,28 @@ def run_gateway(args: argparse.Namespace):
     except gateway.BenchError as exc:
         raise UsageError(str(exc)) from None
 
+    scaled = None  # --gateways: llmgw.bench.gateway_scaled
+    if args.gateways != 1 or args.store:
+        from llmgw.bench import gateway_scaled as scaled
+
+        try:
+            scaled.setups(args.gateways, args.workers)
+        except gateway.BenchError as exc:
+            raise UsageError(str(exc)) from None
+
     async def main() -> int:
         try:
-            report = await gateway.run(bench, _say)
+            report = (await scaled.run(bench, args.gateways, store=args.store, say=_say) if scaled
+                      else await gateway.run(bench, _say))
         except (gateway.BenchError, StartFailed, OSError) as exc:
             print(f"llmgw bench gateway: {exc}", file=sys.stderr)
             return 1
         if args.json:
             print_json(report)
         else:
-            rows, columns = gateway.table(report)
+            rows, columns = (scaled or gateway).table(report)
             print_table(rows, columns)
-            print("\n" + "\n".join(gateway.headline(report)))
+            print("\n" + "\n".join((scaled or gateway).headline(report)))
         return 0
 
     return main()
