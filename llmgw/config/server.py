@@ -888,6 +888,12 @@ class ServerConfig:
     )
     metrics_listen: str = setting(":9091", doc="Prometheus metrics and nothing else; empty serves none.")
     agent_listen: str = setting(":7443", doc="Where node agents connect, with mutual TLS.")
+    agent_advertise: str = setting(
+        "",
+        doc="The HOST:PORT agents and the other control planes are told to reach agent_listen at; empty is "
+        "agent_listen's host, or this machine's name for every interface. LLMGW_AGENT_ADVERTISE, when set, "
+        "is used instead.",
+    )
     agent_insecure: bool = setting(
         False,
         doc="Accept agents without TLS, so anyone who reaches the port can claim to be any node; for one machine or a test.",

@@ -161,6 +161,9 @@ def _at_least(path: tuple, value: int, least: int, why: str = "") -> list[Proble
 def check_server(config: ServerConfig) -> list[Problem]:
     problems = _generic(config)
     problems += _listeners(config)
+    from llmgw.config.advertise import problems as advertise_problems  # agent_advertise, or LLMGW_AGENT_ADVERTISE
+
+    problems += [Problem(where, text) for where, text in advertise_problems(config)]
     if not config.agent_insecure:
         problems += _tls(("agent_tls",), config.agent_tls, "agent_insecure")
     problems += _store(config)

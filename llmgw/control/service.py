@@ -132,7 +132,9 @@ class ControlPlane:
 
             engines = load_plugins().engines()
         self.engines = engines
-        self.advertise = advertise or advertised_address(config.agent_listen)
+        from llmgw.config.advertise import configured_advertise  # agent_advertise, or LLMGW_AGENT_ADVERTISE
+
+        self.advertise = advertise or configured_advertise(config) or advertised_address(config.agent_listen)
         # The same control plane restarted leads under the same name, so it takes its own lease back at once.
         folder = state_dir_of(store) if holder is None else None
         instance = instance_id(folder)
