@@ -92,7 +92,6 @@ def make_router_app(gateway: Gateway) -> web.Application:
         client_max_size=int(gateway.config.router.max_body_bytes) + 1,
     )
     app[GATEWAY] = gateway
-    app[responses.RESPONSE_LOG] = responses.make_response_log(app)
     app.on_response_prepare.append(_stamp_ids)
     app.cleanup_ctx.append(_gateway_lifecycle)
     app.router.add_routes([
@@ -117,7 +116,8 @@ def make_router_app(gateway: Gateway) -> web.Application:
         web.get("/health", h.health),
         web.get("/ready", h.ready),
     ])
-    client_data.install(app, gateway)  # threads, memory, /mcp, files, batches; the answer cache
+    data = client_data.install(app, gateway)  # threads, memory, /mcp, files, batches; the answer cache
+    app[responses.RESPONSE_LOG] = responses.make_response_log(data)  # kept in the store data is started on
     app.router.add_routes(anthropic_batches.routes())  # Anthropic's message batches, on the same batches
     return app
 

@@ -53,8 +53,11 @@ async def read_bytes(request: web.Request, gw: Gateway) -> bytes:
         raise too_big
     seconds = gw.config.router.clients.body_timeout.total_seconds()
     try:
-        async with asyncio.timeout(seconds or None):
+        if request.content.is_eof():  # the whole body came with the headers: nothing to wait for, no timer
             raw = await request.read()
+        else:
+            async with asyncio.timeout(seconds or None):
+                raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise too_big from None
     except TimeoutError:

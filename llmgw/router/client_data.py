@@ -338,14 +338,15 @@ def saw_answer(call: Any, status: int, raw: bytes) -> None:
             log.exception("an answer hook failed", extra={"fields": {"request_id": call.request_id}})
 
 
-async def end_hooks(call: Any) -> None:
-    """Let each hook keep what it saw (or not, by the request's outcome) and let go of what it holds.
+async def end_hooks(call: Any, hooks: list[Any] | None = None) -> None:
+    """Let each hook (of `hooks`, else all the call's) keep what it saw (or not, by the request's outcome)
+    and let go of what it holds.
 
     A hook's work runs to its end even when the request is cancelled
     meanwhile; the cancellation is asked for again afterwards, so the
     pipeline's own settling sees it as it would have."""
     interrupted = False
-    for hook in call.hooks:
+    for hook in call.hooks if hooks is None else hooks:
         task = asyncio.ensure_future(hook.end(call))
         while not task.done():
             try:

@@ -38,6 +38,9 @@ from llmgw.router.body import read_json_body
 from llmgw.router.choose import Want
 from llmgw.router.errors import CANCELLED, ERROR, JSON, GatewayError, bad_request, dumps, loads
 from llmgw.router.gateway import GATEWAY, REQUEST_ID, Gateway
+from llmgw.router.stages.accounting import finish
+from llmgw.router.stages.auth import read_request
+from llmgw.router.stages.base import answer_headers
 from llmgw.router.proxy import UpstreamFailure, read_whole
 
 log = logs.get("llmgw.router")
@@ -208,7 +211,7 @@ async def moderations(request: web.Request) -> web.Response:
         name, judge_model = choose_judge(gw, body.get("model"))
         call.model_asked = body["model"] if isinstance(body.get("model"), str) else name
         call.model = name
-        pipeline._read_request(call, request, {**body, "model": call.model_asked})
+        read_request(call, request, {**body, "model": call.model_asked})
         kept = residency.in_cluster_reason(gw, principal)
         if kept and not residency.served_in_cluster(gw, name):
             raise residency.refusal(name, kept)  # the texts would leave the cluster for the judge
@@ -234,10 +237,10 @@ async def moderations(request: web.Request) -> web.Response:
                                outcome=ERROR, retry_after=2, type="server_error")
         results = [result_of(a.verdict.safe, tuple(a.verdict.categories)) for a in answers]
         out = {"id": "modr-" + secrets.token_hex(12), "model": name, "results": results}
-        return web.Response(body=dumps(out), content_type=JSON, headers=pipeline._answer_headers(call))
+        return web.Response(body=dumps(out), content_type=JSON, headers=answer_headers(call))
     except GatewayError as exc:
         call.status, call.outcome, call.code, call.limited = exc.status, exc.outcome, exc.code, exc.limited
-        return exc.response(pipeline._answer_headers(call))
+        return exc.response(answer_headers(call))
     except LimitExceeded as exc:
         # exc.status: 429, or 503 when the shared limits store is down (limits.on_store_down: refuse)
         call.status, call.outcome, call.code, call.limited = exc.status, "refused", exc.code, True
@@ -247,7 +250,7 @@ async def moderations(request: web.Request) -> web.Response:
         call.status, call.outcome = pipeline.CLIENT_CLOSED, CANCELLED
         raise
     finally:
-        await pipeline._finish(gw, call, reservation)
+        await finish(gw, call, reservation)
 
 
 __all__ = ["CATEGORY_WORDS", "OPENAI_CATEGORIES", "choose_judge", "moderations", "openai_categories",

@@ -15,7 +15,7 @@ import re
 from aiohttp import web
 
 from llmgw.auth.principal import Principal
-from llmgw.router.client_data import CLIENT_DATA, no_store, owner_of
+from llmgw.router.client_data import CLIENT_DATA, ClientData, no_store, owner_of
 from llmgw.router.errors import JSON, GatewayError, bad_request, dumps, loads
 from llmgw.router.gateway import GATEWAY, Gateway
 from llmgw.router.pipeline import serve
@@ -28,15 +28,9 @@ RESPONSE_LOG = web.AppKey("response_log", ResponseLog)
 _RESPONSE_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
 
 
-def make_response_log(app: web.Application) -> ResponseLog:
-    """The app's kept responses, in the server's store when it has one."""
-
-    def store():
-        from llmgw.server.app import STORE  # set by the server; a router built alone has none
-
-        return app.get(STORE)
-
-    return ResponseLog(store)
+def make_response_log(data: ClientData) -> ResponseLog:
+    """The app's kept responses, in the store its client data is started on (none: in memory only)."""
+    return ResponseLog(lambda: data.store)
 
 
 class ResponsesDialect:
