@@ -14,7 +14,8 @@ How the engine is asked for the adapter depends on the engine:
 - llama.cpp's llama-server loads every adapter at start at scale 0 and
   applies one per request: the request keeps the base's name and carries
   `"lora": [{"id": INDEX, "scale": SCALE}]`, INDEX its place in the model's
-  `adapters:` list.
+  `adapters:` list; its requests and the base's go without prompt caching
+  (LLAMACPP_NO_PROMPT_CACHE).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from llmgw.router.replicas import Replica, ReplicaChange, ReplicaSet
 
 #: Between a base replica's id and an adapter's name in the id of the adapter's replica.
 ID_SEPARATOR = "+"
+#: llama-server (the version llmgw builds) reuses a slot's cached prompt state whichever adapter computed it,
+#: so a base request after an adapter's would continue from the adapter's state: every request to a llama.cpp
+#: replica with adapters is sent without prompt caching.
+LLAMACPP_NO_PROMPT_CACHE = {"cache_prompt": False}
 
 
 def adapter_replica_id(base_id: str, adapter: str) -> str:
@@ -41,7 +46,8 @@ def adapter_replica(base: Replica, model: Any, adapter: str, engine: str) -> Rep
     """The replica serving `adapter` of `model` (a ModelConfig) at `base`'s engine."""
     index, declared = next((i, a) for i, a in enumerate(model.adapters) if a.name == adapter)
     if engine == "llamacpp":
-        engine_model, fields = base.name_at_engine, {"lora": [{"id": index, "scale": declared.scale}]}
+        engine_model = base.name_at_engine
+        fields = {"lora": [{"id": index, "scale": declared.scale}], **LLAMACPP_NO_PROMPT_CACHE}
     else:
         engine_model, fields = adapter, {}
     return Replica(
@@ -55,6 +61,8 @@ def adapter_replica(base: Replica, model: Any, adapter: str, engine: str) -> Rep
 def publish(replicas: ReplicaSet, base: Replica, model: Any, held: Iterable[str], engine: str) -> list[Replica]:
     """Put a replica for each adapter `base` holds in the set (again, as its base is now)."""
     follow(replicas)
+    if engine == "llamacpp" and model.adapters:
+        base.body_fields = {**base.body_fields, **LLAMACPP_NO_PROMPT_CACHE}
     declared = {a.name for a in model.adapters}
     out = []
     for name in held:

@@ -14,7 +14,7 @@ from llmgw.adapters import serving
 from llmgw.auth.keys import model_aliases
 from llmgw.config import parse_server_config
 from llmgw.router.gateway import GATEWAY
-from llmgw.router.replicas import Replica
+from llmgw.router.replicas import Replica, ReplicaSet
 from llmgw.server import make_gateway_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -92,8 +92,9 @@ def test_llama_cpp_replicas_carry_the_adapter_by_its_index_and_scale():
                                               "adapters": [{"name": "a", "source": "x"},
                                                            {"name": "b", "source": "y", "scale": 0.5}]}]})
     base = Replica(id="r1", model="qwen", base_url="http://h/v1", source="control")
-    [b] = serving.publish(__import__("llmgw.router.replicas", fromlist=["x"]).ReplicaSet(), base,
-                          config.models[0], ["b"], "llamacpp")
+    [b] = serving.publish(ReplicaSet(), base, config.models[0], ["b"], "llamacpp")
     assert (b.id, b.model, b.name_at_engine) == ("r1+b", "qwen:b", "qwen")
     sent = serving.with_body_fields(b, b'{"model":"qwen","messages":[]}', "application/json")
     assert b'"lora":[{"id":1,"scale":0.5}]' in sent.replace(b" ", b"")
+    assert b'"cache_prompt":false' in sent.replace(b" ", b"")  # llama-server's cache ignores which adapter
+    assert base.body_fields == {"cache_prompt": False}  # for the base's requests too
