@@ -773,7 +773,8 @@ def _chunks(lines: list[str]) -> list[list[str]]:
 
 def _running(shard: Shard) -> wire.RunningShard:
     return wire.RunningShard(shard_id=shard.shard_id, model=shard.model, engine=shard.engine, state=shard.state,
-                             port=shard.port, pid=shard.pid, gpus=tuple(shard.gpus))
+                             port=shard.port, pid=shard.pid, gpus=tuple(shard.gpus),
+                             adapters=held_of(shard.meta))  # adapters: an adopted replica's too
 
 
 def _loopback(host: str) -> str:

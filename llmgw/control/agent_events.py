@@ -108,6 +108,8 @@ class AgentEvents(_Base):
                 continue
             if shard.port:
                 rec.port = shard.port
+            if shard.adapters:
+                rec.adapters = tuple(shard.adapters)  # adapters: what the node still holds for it
             if rec.retiring:
                 rec.stop_sent_at = None  # the stop may have been lost with the old connection
             elif shard.state == "ready" and rec.state != "ready":
@@ -130,7 +132,7 @@ class AgentEvents(_Base):
             rec = ReplicaRecord(
                 id=shard.shard_id, model=shard.model, node=node.id, profile="", engine=shard.engine,
                 gpus=tuple(shard.gpus), port=shard.port, state=shard.state, created=self.clock(),
-                since=self.clock(), adopted=True, start_sent=True,
+                since=self.clock(), adopted=True, start_sent=True, adapters=tuple(shard.adapters),  # adapters
             )
             if model is None or not model.valid or not model.runs_on_cluster:
                 rec.model = shard.model

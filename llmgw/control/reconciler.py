@@ -402,7 +402,8 @@ class Reconciler(AgentEvents, EngineProvisioning):
             lost = [r for r in self.records.values() if r.node == node.id]
             # Remembered, so a heartbeat on a connection it kept open can adopt them (it names only the ids).
             node.lost_shards = {r.id: RunningShard(shard_id=r.id, model=r.model, engine=r.engine, state=r.state,
-                                                   port=r.port, gpus=tuple(r.gpus))
+                                                   port=r.port, gpus=tuple(r.gpus),
+                                                   adapters=tuple(r.adapters))  # adapters: kept for adoption
                                 for r in lost if not r.retiring and not getattr(r, "workers", ())}
             for rec in lost:
                 if rec.workers:  # its other ranks are stopped first

@@ -118,6 +118,7 @@ class RunningShard:
     port: int = 0
     pid: int | None = None
     gpus: tuple[int, ...] = ()
+    adapters: tuple[AdapterHeld, ...] = ()  #: adapters: what its node fetched for it, and loaded at start
 
 
 @attrs.frozen
