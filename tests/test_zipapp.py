@@ -89,6 +89,22 @@ def test_plugins_and_manual_are_inside(pyz):
 
 
 @pytest.mark.slow
+def test_server_kube_helm_writes_the_whole_chart_from_the_one_file(pyz, tmp_path):
+    out = run(pyz, "server", "kube", "--helm", "--out", str(tmp_path / "kube"), "--agent-host", "cp0.example.com",
+              "--agent-host", "cp1.example.com")
+    assert out.returncode == 0, out.stderr
+    source = ROOT / "llmgw" / "install" / "kubernetes" / "chart"
+    chart = tmp_path / "kube" / "helm" / "llmgw"
+    files = sorted(str(p.relative_to(source)) for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert "templates/control-plane.yaml" in files and "templates/_helpers.tpl" in files
+    assert sorted(str(p.relative_to(chart)) for p in chart.rglob("*") if p.is_file()) == files
+    for name in files:
+        if name != "Chart.yaml":  # its appVersion is the build's
+            assert (chart / name).read_text() == (source / name).read_text(), name
+    assert (tmp_path / "kube" / "helm" / "values.yaml").is_file()
+
+
+@pytest.mark.slow
 def test_without_a_home_it_unpacks_elsewhere_and_says_where(pyz, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("HOME", "SHIV_ROOT")}
     env["TMPDIR"] = str(tmp_path)

@@ -108,7 +108,8 @@ class LocalPod:
     """One control plane pod run here: its volumes laid out (PodFiles), the init container's command run, its
     ports moved to free ones (the pod has them to itself; this machine does not), its server command ready."""
 
-    def __init__(self, out: Path, root: Path, *, control: str = "{reconcile_interval: 1s}") -> None:
+    def __init__(self, out: Path, root: Path, *, index: int = 0, control: str = "{reconcile_interval: 1s}") -> None:
+        import os
         import subprocess
         import sys
 
@@ -126,9 +127,27 @@ class LocalPod:
             text = text.replace(f'":{port}"', f'"127.0.0.1:{self.ports[name]}"')
         text = text.replace('"127.0.0.1:9090"', f'"127.0.0.1:{self.ports["admin"]}"')
         self.config.write_text(text.replace("models: []", f"control: {control}\nmodels: []"))
-        command = [self.files.localize(w) for w in self.server["command"]]
-        assert command[:2] == ["python3", "/opt/llmgw/llmgw.pyz"]
-        self.command = [sys.executable, "-m", "llmgw", *command[2:]]  # the zipapp's part: this checkout
+        # The pod's name, from the downward API as the kubelet gives it: the command picks its agent address by it.
+        (name,) = [e for e in self.server["env"] if e["name"] == "POD_NAME"]
+        assert name["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        self.name = f"{control_plane(out)['metadata']['name']}-{index}"
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAME": self.name}
+        self.env.pop("LLMGW_AGENT_ADVERTISE", None)
+        shell, flag, script = self.server["command"]
+        assert (shell, flag) == ("sh", "-c") and "exec python3 /opt/llmgw/llmgw.pyz server" in script
+        # The zipapp's part: this checkout.
+        self.script = self.files.localize(script).replace("python3 /opt/llmgw/llmgw.pyz", f"{sys.executable} -m llmgw")
+
+    @property
+    def command(self) -> list[str]:
+        """The server container's command, as the pod's shell runs it (with `script` as moved here)."""
+        return ["sh", "-c", self.script]
+
+    def advertise_here(self, moved: dict[str, str]) -> None:
+        """The agent addresses the command sets (HOST:PORT as agents outside dial them) moved to where they are here."""
+        for address, here in moved.items():
+            assert f"='{address}'" in self.script, (address, self.script)
+            self.script = self.script.replace(f"='{address}'", f"='{here}'")
 
     def probe(self, name: str) -> str:
         get = self.server[name]["httpGet"]

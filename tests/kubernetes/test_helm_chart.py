@@ -69,6 +69,9 @@ def test_the_chart_makes_what_the_manifests_hold(tmp_path, which):
     (["--set", "agentService.type=NodePort", "--set", "agentService.nodePort=32767"],
      "agentService.nodePort 32767: control plane i gets this plus i"),
     (["--set", "image="], "image: the image built from the Dockerfile"),
+    (["--set", "replicas=3"], "agentAdvertise: 2 addresses for 3 replicas"),
+    (["--set", "agentAdvertise[1]=cp1.example.com"], 'agentAdvertise "cp1.example.com": HOST:PORT agents outside dial'),
+    (["--set", "agentAdvertise[1]=cp1.example.com:7443'; reboot; '"], "HOST:PORT agents outside dial"),
     (["-n", "elsewhere"], 'namespace: the Secrets and the certificate were made for namespace "llmgw": install '
                           "with --namespace llmgw"),
 ])

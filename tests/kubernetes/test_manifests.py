@@ -84,7 +84,8 @@ def test_what_is_written_and_how_it_is_kept(out):
 def test_server_yaml_is_read_by_our_loader_with_the_files_where_the_pod_has_them(out, tmp_path):
     pod = PodFiles(out, tmp_path)
     server = pod.pod["containers"][0]
-    assert server["command"][-2:] == ["--config", "/etc/llmgw/server.yaml"]
+    assert server["command"][:2] == ["sh", "-c"]
+    assert server["command"][2].endswith("; exec python3 /opt/llmgw/llmgw.pyz server --config /etc/llmgw/server.yaml")
     init = pod.pod["initContainers"][0]
     done = subprocess.run([pod.localize(word) for word in init["command"]], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -123,10 +124,10 @@ def test_secrets_are_in_secrets_only(out, external):
             if path.is_file() and path.name not in ("20-secrets.yaml", "ca-key.pem"):
                 text = path.read_text()
                 assert not [p for p in pieces if p in text], path
-        # The pods get the secrets as files, never in their environment or on a command line.
+        # The pods get the secrets as files, never in their environment or on a command line (the pod's name only).
         spec = control_plane(folder)["spec"]["template"]["spec"]
         for container in [*spec["initContainers"], *spec["containers"]]:
-            assert all("valueFrom" not in e for e in container.get("env", []))
+            assert all(e.get("valueFrom", {}).keys() <= {"fieldRef"} for e in container.get("env", []))
 
 
 def test_the_certificate_names_every_address_agents_reach_a_control_plane_by(out):
@@ -150,6 +151,44 @@ def test_the_certificate_names_every_address_agents_reach_a_control_plane_by(out
     assert set(HOSTS) <= names and "127.0.0.1" in names
     planes = (out / "nodes" / "agent-control-planes.yaml").read_text()
     assert "  - https://10.0.0.200:7443\n  - https://cp2.example.com:7443\n" in planes
+
+
+def advertised_by_the_command(out: Path, pod: str) -> subprocess.CompletedProcess[str]:
+    """The server container's shell command, run by a real sh as the pod `pod`, printing LLMGW_AGENT_ADVERTISE
+    where it would start llmgw server."""
+    (server,) = control_plane(out)["spec"]["template"]["spec"]["containers"]
+    shell, flag, script = server["command"]
+    start = "exec python3 /opt/llmgw/llmgw.pyz server --config /etc/llmgw/server.yaml"
+    assert script.endswith(start)
+    script = script.replace(start, 'printf %s "${LLMGW_AGENT_ADVERTISE-unset}"')
+    env = {"PATH": "/usr/bin:/bin", "POD_NAME": pod}
+    return subprocess.run([shell, flag, script], capture_output=True, text=True, env=env, timeout=10)
+
+
+@pytest.mark.parametrize("which, want", [
+    ("out", {"llmgw-0": "10.0.0.200:7443", "llmgw-1": "cp2.example.com:7443"}),  # a load balancer each
+    ("external", {"gw-0": "192.0.2.10:30743", "gw-1": "192.0.2.10:30744", "gw-2": "192.0.2.10:30745"}),  # node ports
+])
+def test_each_pod_advertises_its_own_agent_service_as_agents_outside_dial_it(request, which, want):
+    from llmgw.config.advertise import advertise_problem
+
+    folder = request.getfixturevalue(which)
+    out = folder if which == "out" else folder[0]
+    planes = (out / "nodes" / "agent-control-planes.yaml").read_text()
+    sans = x509.load_pem_x509_certificate(
+        secret_data(out, f"{next(iter(want))[:-2]}-tls")["server.pem"].encode()
+    ).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    names = set(sans.get_values_for_type(x509.DNSName)) | {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
+    for pod, address in want.items():
+        done = advertised_by_the_command(out, pod)
+        assert done.returncode == 0 and done.stdout == address and done.stderr == "", done
+        assert advertise_problem(address) is None
+        assert f"https://{address}\n" in planes  # one of the addresses agents list for that control plane
+        assert address.rpartition(":")[0] in names  # and the server certificate names it
+    # A pod the command has no address for (scaled past the Services made): it says so, and llmgw still starts.
+    extra = advertised_by_the_command(out, f"{next(iter(want))[:-2]}-9")
+    assert extra.returncode == 0 and extra.stdout == "unset"
+    assert "has no agent address" in extra.stderr
 
 
 def test_node_ports_and_an_external_store(external):

@@ -62,12 +62,13 @@ def test_the_pod_command_lines_serve_probes_and_an_agent_outside_joins(tmp_path,
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in state.iterdir()} == {
         "admin-token": 0o600, "key-hash-secret": 0o600, "store-dsn": 0o600}
     config, here, probe = pod.config, pod.ports, pod.probe
+    pod.advertise_here({"127.0.0.1:7443": f"127.0.0.1:{here['agents']}"})
 
     procs: list[subprocess.Popen] = []
     engines: list[int] = []
     log = tmp_path / "server.log"
     try:
-        procs.append(subprocess.Popen(pod.command, env=ENV, cwd=tmp_path, stdout=open(log, "wb"), stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(pod.command, env=pod.env, cwd=tmp_path, stdout=open(log, "wb"), stderr=subprocess.STDOUT))
         wait_for(lambda: status_of(probe("startupProbe")) == 200, 90, "the startup probe", log)
         assert status_of(probe("livenessProbe")) == 200
         # Not ready while no model is served: the clients' Service sends it nothing yet.

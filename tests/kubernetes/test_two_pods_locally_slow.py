@@ -1,7 +1,9 @@
 """Two control plane pods from one set of manifests (--replicas 2), run here without Kubernetes on one PostgreSQL:
 they share the Secrets' token and key-hash secret, one leads through the store's lease, the other stands by and is
 ready too once it serves the leader's replicas; the leader killed, the standby leads and the agent outside, which
-lists both agent Services' addresses, follows it, its engine kept."""
+lists both agent Services' addresses, follows it, its engine kept. The leader sends the agent each pod's own
+agent Service address as agents outside dial it (agent_advertise, set per pod by the StatefulSet's command), not
+the pods' names inside the cluster."""
 
 from __future__ import annotations
 
@@ -21,19 +23,32 @@ from tests.kubernetes.test_pod_locally_slow import ENV, llmgw, status_of, wait_f
 pytestmark = pytest.mark.slow
 
 
+def _kept_control_planes(state: Path) -> list[str]:
+    try:
+        return sorted(json.loads((state / "control_planes.json").read_text())["addresses"])
+    except (OSError, ValueError, KeyError):
+        return []
+
+
 def test_two_control_planes_share_the_secrets_and_hand_the_lease_over(tmp_path, postgres_server):
     (tmp_path / "dsn").write_text(postgres_server.dsn(postgres_server.create_database()) + "\n")
     out = tmp_path / "manifests"
-    assert kube(out, "--store", "external", "--dsn-file", str(tmp_path / "dsn"), "--agent-host", "127.0.0.1",
+    # The agent Services' address is "localhost" here, so what the control planes advertise is told apart from
+    # their agent_listen (127.0.0.1) and from the agent's own list (which dials 127.0.0.1).
+    assert kube(out, "--store", "external", "--dsn-file", str(tmp_path / "dsn"), "--agent-host", "localhost",
                 "--agent-service", "NodePort") == 0
-    pods = [LocalPod(out, tmp_path / f"pod-{i}", control="{reconcile_interval: 1s, lease_ttl: 3s}") for i in (0, 1)]
+    pods = [LocalPod(out, tmp_path / f"pod-{i}", index=i, control="{reconcile_interval: 1s, lease_ttl: 3s}")
+            for i in (0, 1)]
+    advertised = {f"localhost:{30743 + i}": f"localhost:{pods[i].ports['agents']}" for i in (0, 1)}
+    for pod in pods:
+        pod.advertise_here(advertised)
     assert all(p.init.returncode == 0 for p in pods)
     logs = [tmp_path / f"server-{i}.log" for i in (0, 1)]
     procs: list[subprocess.Popen] = []
     engines: list[int] = []
     try:
         for pod, log in zip(pods, logs):
-            procs.append(subprocess.Popen(pod.command, env=ENV, stdout=open(log, "wb"), stderr=subprocess.STDOUT))
+            procs.append(subprocess.Popen(pod.command, env=pod.env, stdout=open(log, "wb"), stderr=subprocess.STDOUT))
         for pod, log in zip(pods, logs):
             wait_for(lambda: status_of(pod.probe("startupProbe")) == 200, 90, "the startup probe", log)
         wait_for(lambda: sorted(status_of(p.url("/leader")) for p in pods) == [200, 503], 60, "one leader", logs[0])
@@ -43,8 +58,8 @@ def test_two_control_planes_share_the_secrets_and_hand_the_lease_over(tmp_path, 
         # The agent lists both control planes, as nodes/agent-control-planes.yaml says: one NodePort each.
         planes = [line.split("- ", 1)[1] for line in (out / "nodes" / "agent-control-planes.yaml").read_text()
                   .splitlines() if line.startswith("  - ")]
-        assert planes == ["https://127.0.0.1:30743", "https://127.0.0.1:30744"]
-        here = [p.replace(f":{30743 + i}", f":{pods[i].ports['agents']}") for i, p in enumerate(planes)]
+        assert planes == ["https://localhost:30743", "https://localhost:30744"]
+        here = [p.replace(f"localhost:{30743 + i}", f"127.0.0.1:{pods[i].ports['agents']}") for i, p in enumerate(planes)]
         assert llmgw("ctl", "cert", "issue-node", "gpu01", "--dir", str(out / "pki"), "--out",
                      str(tmp_path / "n1")).returncode == 0
         (tmp_path / "agent.yaml").write_text(json.dumps({
@@ -65,6 +80,9 @@ def test_two_control_planes_share_the_secrets_and_hand_the_lease_over(tmp_path, 
             wait_for(lambda: status_of(pod.probe("readinessProbe")) == 200, 120, "both ready", agent_log)
         engines = descendants(procs[2].pid)
         assert engines
+        # The leader sent the agent both pods' advertised addresses, which the agent now dials first.
+        told = sorted(f"wss://{address}/agent/v1" for address in advertised.values())
+        wait_for(lambda: _kept_control_planes(tmp_path / "agent") == told, 30, "the advertised addresses", agent_log)
 
         procs[leader].send_signal(signal.SIGKILL)
         procs[leader].wait(10)

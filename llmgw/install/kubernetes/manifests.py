@@ -81,6 +81,9 @@ def server_yaml(opts: KubeOptions) -> str:
         "# Agents outside the cluster connect here, through the Services "
         f"{opts.agent_service_name(0)}...",
         f'agent_listen: ":{PORTS["agents"]}"',
+        "# What agents and the other control planes are told to dial is each pod's own agent Service, as",
+        "# agents outside reach it: LLMGW_AGENT_ADVERTISE, set by the StatefulSet's command from the pod's name,",
+        "# stands in for agent_advertise (one value here would be every pod's).",
         "agent_tls:",
         f'  cert: "{tls}/server.pem"',
         f'  key: "{tls}/server-key.pem"',
@@ -161,8 +164,17 @@ def init_command() -> list[str]:
     return ["sh", "-c", f"install -m 0600 {PATHS['secrets']}/* {PATHS['run']}/"]
 
 
-def server_command() -> list[str]:
-    return ["python3", PATHS["zipapp"], "server", "--config", PATHS["config"]]
+def server_command(opts: KubeOptions) -> list[str]:
+    """`llmgw server`, with LLMGW_AGENT_ADVERTISE set to this pod's own agent Service's outside address: the pods
+    of one StatefulSet share one server.yaml, and each tells agents and the other control planes its own."""
+    from llmgw.config.advertise import ADVERTISE_ENV
+
+    cases = "".join(f"{opts.pod_name(i)}) export {ADVERTISE_ENV}='{address}' ;; "
+                    for i, address in enumerate(opts.advertised()))
+    unknown = ('*) echo "llmgw: pod $POD_NAME has no agent address in this command; agents are told its name '
+               'inside the cluster" >&2 ;; ')
+    server = " ".join(["exec", "python3", PATHS["zipapp"], "server", "--config", PATHS["config"]])
+    return ["sh", "-c", f'case "$POD_NAME" in {cases}{unknown}esac; {server}']
 
 
 def _control_planes(opts: KubeOptions) -> dict[str, Any]:
@@ -205,9 +217,11 @@ def _control_planes(opts: KubeOptions) -> dict[str, Any]:
             "name": "server",
             "image": opts.image_ref,
             "imagePullPolicy": "IfNotPresent",
-            "command": server_command(),
-            # The zipapp unpacks its packages here at start (the root filesystem is read-only).
-            "env": [{"name": "SHIV_ROOT", "value": f"{PATHS['tmp']}/llmgw"}],
+            "command": server_command(opts),
+            # The zipapp unpacks its packages here at start (the root filesystem is read-only); the command picks
+            # this pod's agent address by its name.
+            "env": [{"name": "SHIV_ROOT", "value": f"{PATHS['tmp']}/llmgw"},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
             "ports": [{"name": "api", "containerPort": PORTS["api"]},
                       {"name": "agents", "containerPort": PORTS["agents"]},
                       {"name": "metrics", "containerPort": PORTS["metrics"]}],

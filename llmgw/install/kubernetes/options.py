@@ -80,6 +80,16 @@ class KubeOptions:
             return [f"https://{host}:{self.agent_port}" for host in hosts]
         return [f"https://{host}:{self.agent_node_port + i}" for i in range(self.replicas) for host in hosts]
 
+    def advertised(self) -> list[str]:
+        """Each control plane's agent_advertise (HOST:PORT), in pod order: its own agent Service as agents outside
+        reach it, which the leader sends every agent (with NodePort, through the first --agent-host)."""
+        hosts = [_url_host(h) for h in self.agent_hosts]
+        if not hosts:
+            return []
+        if self.agent_service == "LoadBalancer":
+            return [f"{host}:{self.agent_port}" for host in hosts[:self.replicas]]
+        return [f"{hosts[0]}:{self.agent_node_port + i}" for i in range(self.replicas)]
+
     def in_cluster_names(self) -> list[str]:
         """The agent Services' names inside the cluster, which the server certificate carries too."""
         names = []

@@ -141,6 +141,7 @@ def helm_values(opts: KubeOptions) -> dict[str, Any]:
         "store": {"type": opts.store, "postgresImage": opts.postgres_image, "storage": opts.storage,
                   "storageClass": opts.storage_class},
         "agentService": {"type": opts.agent_service, "port": opts.agent_port, "nodePort": opts.agent_node_port},
+        "agentAdvertise": opts.advertised(),
         "clientService": {"type": opts.client_service},
     }
 

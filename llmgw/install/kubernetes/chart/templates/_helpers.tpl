@@ -33,7 +33,20 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- fail (printf "agentService.nodePort %v: control plane i gets this plus i, and each must lie in 30000 to 32767" .Values.agentService.nodePort) -}}
 {{- end -}}
 {{- end -}}
+{{- if ne (len .Values.agentAdvertise) $replicas -}}
+{{- fail (printf "agentAdvertise: %d addresses for %d replicas; give each control plane's agent Service address as agents outside dial it (HOST:PORT), in pod order" (len .Values.agentAdvertise) $replicas) -}}
+{{- end -}}
+{{- range .Values.agentAdvertise -}}
+{{- if not (regexMatch "^([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\\[[0-9A-Fa-f:.]+\\]):[0-9]{1,5}$" (toString .)) -}}
+{{- fail (printf "agentAdvertise %q: HOST:PORT agents outside dial, like cp0.example.com:7443 or [2001:db8::1]:30743" (toString .)) -}}
+{{- end -}}
+{{- end -}}
 {{- if not (has .Values.clientService.type (list "ClusterIP" "LoadBalancer" "NodePort")) -}}
 {{- fail (printf "clientService.type %q: ClusterIP, LoadBalancer or NodePort" .Values.clientService.type) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The server's command: LLMGW_AGENT_ADVERTISE from agentAdvertise by the pod's name, as llmgw server kube writes it. */}}
+{{- define "llmgw.serverCommand" -}}
+case "$POD_NAME" in {{ range $i, $address := .Values.agentAdvertise }}{{ $.Values.name }}-{{ $i }}) export LLMGW_AGENT_ADVERTISE='{{ $address }}' ;; {{ end }}*) echo "llmgw: pod $POD_NAME has no agent address in this command; agents are told its name inside the cluster" >&2 ;; esac; exec python3 /opt/llmgw/llmgw.pyz server --config /etc/llmgw/server.yaml
 {{- end -}}
