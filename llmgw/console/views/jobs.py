@@ -85,12 +85,12 @@ def job_lines(job: dict[str, Any]) -> list[Any]:
 
 
 def job_result(job: dict[str, Any]) -> Any:
-    """How a job that ended ended, in words; None while it runs or waits."""
-    if job["state"] == "done":
-        return ("good", f"Done: {job['now']}")
-    if job["state"] == "failed":
-        return ("error", f"Failed: {job['now']}")
-    return None
+    """How a job that ended ended, in words (`Done: …`, `Failed: …`); None while it runs or waits."""
+    state, now = job["state"], job["now"]
+    if state not in ("done", "failed"):
+        return None
+    words = now[len(state) + 2:] if now.lower().startswith(f"{state}: ") else now  # "done: 2 nodes…" said once
+    return ("good", f"Done: {words}") if state == "done" else ("error", f"Failed: {words}")
 
 
 def follow_job(app: ConsoleApp, job: dict[str, Any]) -> Message:
@@ -116,6 +116,8 @@ def follow_job(app: ConsoleApp, job: dict[str, Any]) -> Message:
                 dialog.set_lines(job_lines(latest))
             app.view.refresh()
             app.redraw()
+        if latest["state"] not in ACTIVE:
+            app.model.refresh(["jobs"])  # the sidebar's count and the views that show jobs, at once
 
     app.follow(follow())
     return dialog

@@ -36,11 +36,11 @@ class ReplicateView(TextView):
     def lines(self) -> list[Any]:
         out: list[Any] = [
             ("title", "Replicate the store"), "",
-            "PostgreSQL under Patroni on two or more machines, with etcd (an odd number of votes) holding the",
-            "leader lock, TLS between them all from the cluster CA. The console writes, on this machine, a folder",
-            "for each machine with its configuration, certificates, passwords and install.sh, and the store's",
-            "address listing every member. Nothing is started here: copy each folder to its machine and run its",
-            "install.sh there as root; then give the control planes the address.", "",
+            ("PostgreSQL under Patroni on two or more machines, with etcd (an odd number of votes) holding the "
+             "leader lock, TLS between them all from the cluster CA. The console writes, on this machine, a folder "
+             "for each machine with its configuration, certificates, passwords and install.sh, and the store's "
+             "address listing every member. Nothing is started here: copy each folder to its machine and run its "
+             "install.sh there as root; then give the control planes the address."), "",
             ("dim", "Enter opens the form. From a shell: llmgw server init --patroni --members … (docs/store.md)."),
         ]
         if self.written:

@@ -39,11 +39,11 @@ class UpgradeView(TextView):
     def lines(self) -> list[Any]:
         out: list[Any] = [
             ("title", "Upgrade the cluster"), "",
-            "The cluster is moved to a signed llmgw release from the mirror: the standby control planes, then the",
-            "leader (its lease handed over), then every node's agent, one node (or one rack) at a time. Each one",
-            "fetches its zipapp, checks it with its own trusted keys, puts it in place and starts again; an",
-            "agent's engines keep serving. The first failure stops the job in words; it can send back the ones",
-            "done so far.", "",
+            ("The cluster is moved to a signed llmgw release from the mirror: the standby control planes, then the "
+             "leader (its lease handed over), then every node's agent, one node (or one rack) at a time. Each one "
+             "fetches its zipapp, checks it with its own trusted keys, puts it in place and starts again; an "
+             "agent's engines keep serving. The first failure stops the job in words; it can send back the ones "
+             "done so far."), "",
             ("heading", "Releases in the mirror"),
         ]
         w = self.model["releases"]
@@ -105,9 +105,9 @@ class UpgradeView(TextView):
                       intro=[f"Release {release} from the mirror; ← → change a choice."])
 
     def go_back(self) -> None:
-        nodes = self.model.data("nodes", [])
+        nodes = [n["id"] for n in self.model.data("nodes", []) if n.get("state") not in ("disconnected", "lost")]
         self.app.ask(["Send every node back to the file it ran before its last upgrade?",
-                      f"One node at a time: {', '.join(sorted(n['id'] for n in nodes)) or 'the connected nodes'};",
+                      f"One node at a time: {', '.join(sorted(nodes)) or 'the connected nodes'};",
                       "each agent swaps its program with the file kept from before and starts it, keeping its "
                       "engines."],
                      lambda: self.app.run(self.actions.upgrade({"back": True}), self.started, busy="starting…"))
@@ -118,7 +118,9 @@ class UpgradeView(TextView):
 
 
 def upgrade_order(release: str, by: str, rollback: bool, nodes: list[dict[str, Any]]) -> list[str]:
-    """What the upgrade will do, in the order it does it, for the question asked before it starts."""
+    """What the upgrade will do, in the order it does it, for the question asked before it starts: the nodes
+    connected now (a disconnected or lost node is not sent the upgrade), in name order, by rack label."""
+    nodes = [n for n in nodes if n.get("state") not in ("disconnected", "lost")]
     names = sorted(n["id"] for n in nodes)
     if by == "rack":
         racks: dict[str, list[str]] = {}
