@@ -1,6 +1,6 @@
 """Do → Replicate the store: the form of `llmgw server init --patroni`, checked field by field by the same code,
 a mistake said under its field with nothing written; a good one writes the same files as the command and says,
-per machine, what to copy and run, and the store's address. (test_replicate_tmux.py does it in a terminal.)"""
+per machine, what to copy and run, and the store's address. (test_do_tmux.py does it in a terminal.)"""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ async def fill(app, *, members: str, etcd: str, out: Path, ca: Path, bins: Path)
     for value in (members, etcd, out, ca, None, bins, None):  # None: the field's default
         if isinstance(value, str):
             await type_in(app, value)
-        elif value is not None:  # a long temporary path: put in whole (typing it is test_replicate_tmux.py's)
+        elif value is not None:  # a long temporary path: put in whole (typing it is test_do_tmux.py's)
             form.fields[form.stop].set_text(str(value))
         await keys(app, "tab")
 

@@ -1,7 +1,8 @@
 """Do → Upgrade the cluster against a real leading control plane (upgrade_cluster.py): the mirror's releases
 listed with whether each verifies with the cluster's keys, a release chosen with by rack and roll back, the
-order said before it starts, the job followed live to its result; a release signed by a stranger's key refused
-in the control plane's words with nothing started. (test_upgrade_tmux.py does it in a real terminal.)"""
+order said before it starts, the job followed live to its result; each refusal in the control plane's words with
+nothing started: a release signed by a stranger's key, a second upgrade while one runs, a standby. (test_do_tmux.py
+does it in a real terminal.)"""
 
 from __future__ import annotations
 
@@ -140,5 +141,22 @@ async def test_a_second_upgrade_while_one_runs_is_refused_naming_the_one_running
             assert [j["id"] for j in cluster.upgrade_jobs()] == [first["id"]]
         finally:
             await app.stop_following()
+            await app.settle()
+            await app.api.close()
+
+
+async def test_a_standby_refuses_naming_the_leader(cluster):
+    with cluster.standby() as standby:
+        app = ConsoleApp(AdminApi(standby.live.url, standby.live.TOKEN, "ann"), machine="cp-2")
+        try:
+            await open_view(app, "Upgrade the cluster")
+            assert f"{NEW}" in screen(app, WIDE)  # a standby reads the mirror too
+            await keys(app, "enter")
+            await choose(app, f"Upgrade to {NEW}")
+            await keys(app, "tab", "tab", "tab", "enter", "y")
+            text = screen(app, WIDE)
+            assert "Refused" in text and "this control plane is a standby; ask the leader, cp-1" in said(text)
+            assert not cluster.upgrade_jobs() and cluster.versions() == {"node-a": OLD, "node-b": OLD}
+        finally:
             await app.settle()
             await app.api.close()

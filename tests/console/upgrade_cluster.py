@@ -91,6 +91,10 @@ class UpgradeCluster:
         await self.plane.stop()
         await self.mirror.cleanup()
 
+    def standby(self) -> Standby:
+        """A second control plane on the same store (its own admin API), a standby while cp-1 leads."""
+        return Standby(self)
+
     def versions(self) -> dict[str, str]:
         return {a.node: a.version for a in self.agents}
 
@@ -115,3 +119,38 @@ class UpgradeCluster:
 
     def audited(self, action: str) -> list:
         return [e for e in self.live.run(self.live.store.list_audit(limit=1000)) if e.action == action]
+
+
+class Standby:
+    """cp-2: the admin API over a control plane that shares the leader's SQLite store and does not lead."""
+
+    def __init__(self, cluster: UpgradeCluster) -> None:
+        self.config = parse_server_config({
+            "agent_listen": f"127.0.0.1:{free_port()}", "agent_insecure": True, "control": {"lease_ttl": "1200ms"},
+            "mirror": {"url": cluster.config.mirror.url}})
+        self.slot = ControlPlaneSlot()
+        self.live = LiveAdmin(cluster.tmp, cluster=AdminCluster(self.slot), config=self.config)  # the same store
+
+    def __enter__(self) -> Standby:
+        self.live.__enter__()
+        try:
+            self.live.run(self._start())
+        except BaseException:
+            self.live.__exit__(None, None, None)
+            raise
+        return self
+
+    async def _start(self) -> None:
+        import asyncio
+
+        self.plane = ControlPlane(self.config, self.live.store, ReplicaSet(), holder="cp-2", standby_hold=0.1)
+        await self.plane.start()
+        self.slot.plane = self.plane
+        await asyncio.sleep(0.3)
+        assert not self.plane.leading
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.live.run(self.plane.stop())
+        finally:
+            self.live.__exit__(*exc)
