@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import openai
 import pytest
 from adapters_cluster import Served
 from conftest import sim_adapter
@@ -41,6 +42,7 @@ async def test_the_openai_sdk_asks_base_adapter_and_the_adapter_answers(tmp_path
         one, one_sha = await served.mirror_file(sim_adapter(tmp_path / "files" / "one.json", "ONE:"), "lazy-one")
         two, two_sha = await served.mirror_file(sim_adapter(tmp_path / "files" / "two.json", "TWO:"), "lazy-two")
         spec = {"name": "lazy", "engine": "sim", "profiles": [{"name": "cpu"}], "max_adapters": 1,
+                "scaling": {"min": 0, "max": 1, "on_demand": True},
                 "adapters": [{"name": "one", "source": one, "sha256": one_sha},
                              {"name": "two", "source": two, "sha256": two_sha}]}
         added = await asyncio.to_thread(served.ctl, "model", "add", "-", input=json.dumps(spec))
@@ -54,16 +56,30 @@ async def test_the_openai_sdk_asks_base_adapter_and_the_adapter_answers(tmp_path
         log = served.server_log()
         assert "adapter loaded" in log and "adapter unloaded to make room" in log
 
+        # While `one` answers a request, there is no room for `two`: refused, saying why.
+        stream = await served.client.chat.completions.create(
+            model="lazy:one", messages=[{"role": "user", "content": QUESTION}], max_tokens=600, stream=True)
+        async for _ in stream:
+            break
+        with pytest.raises(openai.InternalServerError) as caught:
+            await served.client.chat.completions.create(
+                model="lazy:two", messages=[{"role": "user", "content": QUESTION}], max_tokens=4)
+        assert caught.value.status_code == 503
+        assert "every replica of lazy holds its max_adapters (1) adapters" in str(caught.value)
+        await stream.close()
 
-async def test_a_bad_sha256_fails_the_start_naming_the_adapter(tmp_path):
-    served = Served(tmp_path, [])
-    sql, _ = await served.mirror_file(sim_adapter(tmp_path / "files" / "sql.json", "SQL:"), "bad-sql")
-    served.models.append({"name": "qwen", "engine": "sim", "profiles": [{"name": "cpu"}],
-                          "adapters": [{"name": "sql", "source": sql, "sha256": "0" * 64}]})
-    async with served:
-        for _ in range(240):
-            out = await asyncio.to_thread(served.ctl, "explain-placement", "qwen")
-            if "adapter sql" in out.stdout:
-                break
-            await asyncio.sleep(0.5)
-        assert "adapter sql" in out.stdout, out.stdout + out.stderr
+        # An adapter declared later: refused until the replicas are restarted, then served.
+        three, three_sha = await served.mirror_file(sim_adapter(tmp_path / "files" / "three.json", "THREE:"),
+                                                    "lazy-three")
+        spec["adapters"].append({"name": "three", "source": three, "sha256": three_sha})
+        replaced = await asyncio.to_thread(served.ctl, "model", "add", "--replace", "-", input=json.dumps(spec))
+        assert replaced.returncode == 0, replaced.stderr
+        with pytest.raises(openai.InternalServerError) as caught:
+            await served.client.chat.completions.create(
+                model="lazy:three", messages=[{"role": "user", "content": QUESTION}], max_tokens=8)
+        assert "the replicas of lazy were started before adapter 'three' was declared; restart them" \
+            in str(caught.value)
+        restarted = await asyncio.to_thread(served.ctl, "model", "restart", "lazy")
+        assert restarted.returncode == 0, restarted.stderr
+        answer = await served.ask("lazy:three", QUESTION, max_tokens=8)
+        assert answer.choices[0].message.content.startswith("THREE:")
