@@ -4,8 +4,9 @@ survives.
 
 `ctl model update chat --to v2` starts on A; the agent holds the new revision's replica at starting, A is
 killed with SIGKILL while the job waits for it; B takes the lease, finds the job in the store and carries it
-on from its stage: the update ends done, one replica of chat serving v2 and no canary left. Then a canary at
-10% on B survives B's own SIGKILL: A, started again, takes over and splits the sessions as before."""
+on from its stage: the update ends done, one replica of chat serving v2 and no canary left. Then an update to
+v3 on B is killed while chat's own replica restarts on v3 (stage `moving`): A, started again, finishes it.
+Then a canary at 10% on A survives A's SIGKILL: B, started again, takes over and splits the sessions as before."""
 
 from __future__ import annotations
 
@@ -49,15 +50,15 @@ def write_server(path: Path, dsn: str) -> dict[str, int]:
 
 
 class HoldingAgent(EngineStartingAgent):
-    """One sim engine per shard, stopped when told; while `hold` is set, a new replica of a canary stays
-    `starting` (its engine runs, its ready not yet said) until `release()`."""
+    """One sim engine per shard, stopped when told; a new replica of the model `hold` names stays `starting`
+    (its engine runs, its ready not yet said) until `release()`."""
 
     def __init__(self, urls: list[str]) -> None:
         super().__init__(urls)
         self.running: dict[str, object] = {}
         self.sources: dict[str, str] = {}
         self.held: set[str] = set()
-        self.hold = False
+        self.hold = ""
         self.session = None
 
     def register(self) -> w.Register:
@@ -82,7 +83,7 @@ class HoldingAgent(EngineStartingAgent):
                 self.shards[message.shard_id] = message
                 self.ports[message.shard_id] = engine.port
                 state = "ready"
-                if self.hold and message.model.endswith("-canary"):
+                if message.model == self.hold:
                     self.held.add(message.shard_id)
                     state = "starting"
                 await session.send(w.ShardStatus(shard_id=message.shard_id, state=state, model=message.model,
@@ -99,7 +100,7 @@ class HoldingAgent(EngineStartingAgent):
                                                  command_id=message.command_id))
 
     async def release(self) -> None:
-        self.hold = False
+        self.hold = ""
         for shard_id in sorted(self.held):
             start = self.shards[shard_id]
             await self.session.send(w.ShardStatus(shard_id=shard_id, state="ready", model=start.model,
@@ -225,99 +226,116 @@ async def test_an_update_and_a_canary_survive_the_kill_of_their_leader(tmp_path,
             await cluster.admin(http, "a", "POST", "/models", CHAT)
             await until(lambda: asyncio.sleep(0, agent.serving() == [("chat", "acme/chat@v1")]), 30, "chat on v1")
 
-            await until(answers_through(http, cluster.url("b")), 60, "chat answering through B, the standby",
-                        cluster.logs)
-            a_holder = (await cluster.leader(http, "a"))["holder"]
+            async def update_killed(leader: str, standby: str, to: str, held: str, waiting: str, stage: str) -> None:
+                """`ctl model update chat --to TO` on LEADER, the agent holding HELD's new replica at starting;
+                kill -9 LEADER once a step of the job says WAITING; STANDBY carries the job on from STAGE to done."""
+                nonlocal load
+                await until(answers_through(http, cluster.url(standby)), 60, f"chat answering through {standby}",
+                            cluster.logs)
+                old = (await cluster.leader(http, leader))["holder"]
+                epoch = (await cluster.leader(http, leader))["epoch"]
+                before = (await cluster.admin(http, leader, "GET", "/models/chat"))["spec"]["source"]
+                agent.hold = held
+                load = Load(cluster.url(standby))
+                load.start()
+                code, out = await cluster.ctl(leader, "model", "update", "chat", "--to", to)
+                assert code == 0, out
+                job_id = out.split("job ", 1)[1].split(":", 1)[0]
 
-            # the update starts on A and waits for its new revision's replica, which the agent holds at starting
-            agent.hold = True
-            load = Load(cluster.url("b"))
-            load.start()
-            code, out = await cluster.ctl("a", "model", "update", "chat", "--to", "v2")
-            assert code == 0, out
-            job_id = out.split("job ", 1)[1].split(":", 1)[0]
+                async def holding() -> bool:
+                    job = await cluster.admin(http, leader, "GET", f"/jobs/{job_id}")
+                    return bool(agent.held) and any(waiting in step["text"] for step in job["steps"])
 
-            async def held() -> bool:
-                job = await cluster.admin(http, "a", "GET", f"/jobs/{job_id}")
-                return bool(agent.held) and "chat-canary started beside chat" in job["now"]
+                await until(holding, 30, f"the update at {waiting!r}", cluster.logs)
+                running = agent.serving()
+                cluster.kill(leader)
+                killed_at = time.monotonic()
+                took = await until(lambda: cluster.leader(http, standby), 30, f"{standby} taking over", cluster.logs)
+                new = (await cluster.leader(http, standby))["holder"]
 
-            await until(held, 30, "the update waiting for chat-canary", cluster.logs)
-            cluster.kill("a")
-            killed_at = time.monotonic()
-            took = await until(lambda: cluster.leader(http, "b"), 30, "B taking over", cluster.logs)
-            b_holder = (await cluster.leader(http, "b"))["holder"]
+                async def job_on_standby() -> dict | None:
+                    async with http.get(cluster.url(standby, "admin") + f"/api/v1/jobs/{job_id}",
+                                        headers=cluster.headers()) as resp:
+                        # 404: leading, and not yet through what the former leader left
+                        return None if resp.status == 404 else await resp.json()
 
-            async def resumed() -> bool:
-                async with http.get(cluster.url("b", "admin") + f"/api/v1/jobs/{job_id}",
-                                    headers=cluster.headers()) as resp:
-                    if resp.status == 404:  # leading, and not yet through what the former leader left
+                async def resumed() -> bool:
+                    job = await job_on_standby()
+                    return job is not None and any(s["text"].startswith("resumed by ") for s in job["steps"])
+
+                await until(resumed, 30, f"{standby} carrying the update on", cluster.logs)
+                await asyncio.sleep(2)  # the held replica adopted, still starting: the job waits for it
+                assert agent.serving() == running  # nothing started twice, nothing stopped
+                assert (await job_on_standby())["state"] == "running"
+                await agent.release()
+
+                async def ended() -> bool:
+                    return (await job_on_standby())["state"] in ("done", "failed")
+
+                await until(ended, 60, f"the update ending on {standby}", cluster.logs)
+                job = await job_on_standby()
+                words = f"resumed by {new} after {old} (epoch {epoch}) lost the lease"
+                assert job["state"] == "done", (job, cluster.logs())
+                assert job["now"].startswith(f"done: chat runs acme/chat@{to}; `llmgw ctl model rollback chat` "
+                                             f"returns it to {before} until "), job["now"]
+                assert job["now"].endswith(f"({words})"), job["now"]
+                texts = [s["text"] for s in job["steps"]]
+                assert texts[0].endswith(f" asked to update chat from {before} to acme/chat@{to}"), texts
+                assert f"{words}, from its stage '{stage}'" in texts, texts
+                await until(lambda: asyncio.sleep(0, agent.serving() == [("chat", f"acme/chat@{to}")]), 30,
+                            "one replica set serving: chat on the new revision, the canary gone")
+                await asyncio.sleep(2)
+                assert agent.serving() == [("chat", f"acme/chat@{to}")]
+                spec = (await cluster.admin(http, standby, "GET", "/models/chat"))["spec"]
+                assert spec["source"] == f"acme/chat@{to}"
+                assert (await cluster.admin(http, standby, "GET", "/canaries"))["canaries"] == []
+                code, out = await cluster.ctl(standby, "jobs", job_id, "--no-follow")
+                assert code == 0 and f"{words}, from its stage '{stage}'" in out, out
+                code, out = await cluster.ctl(standby, "jobs", "--model", "chat")
+                assert code == 0 and words in out, out
+                await load.stop()
+                sent = [o for o in load.outcomes if o[0] >= killed_at]
+                failed = [o for o in sent if o[2]]
+                print(f"\nupdate to {to}, {leader} killed at {stage!r}: {standby} took the lease {took:.1f} s later; "
+                      f"of {len(sent)} requests sent to {standby} from the kill on, {len(failed)} failed "
+                      f"({sum(1 for o in load.outcomes if o[2])} of {len(load.outcomes)} in all): "
+                      f"{[f[2] for f in failed][:3]}")
+                assert len(sent) > 20 and len(failed) <= 3, failed[:5]
+                load = None
+
+            async def standby_up(name: str) -> None:
+                async def check() -> bool:
+                    try:
+                        async with http.get(cluster.url(name) + "/leader") as resp:
+                            return resp.status == 503
+                    except aiohttp.ClientError:
                         return False
-                    job = await resp.json()
-                return job["state"] == "running" and any(s["text"].startswith("resumed by ") for s in job["steps"])
 
-            await until(resumed, 30, "B carrying the update on", cluster.logs)
-            assert ("chat", "acme/chat@v1") in agent.serving() and len(agent.serving()) == 2  # nothing doubled
-            await asyncio.sleep(2)  # the canary adopted, still starting: the job waits for it
-            job = await cluster.admin(http, "b", "GET", f"/jobs/{job_id}")
-            assert job["state"] == "running", job
-            await agent.release()
+                cluster.start(name)
+                await until(check, 60, f"{name} up again as a standby", cluster.logs)
 
-            async def ended() -> bool:
-                return (await cluster.admin(http, "b", "GET", f"/jobs/{job_id}"))["state"] in ("done", "failed")
+            # killed while the new revision starts beside the old: B carries it on
+            await update_killed("a", "b", "v2", "chat-canary", "chat-canary started beside chat", "starting")
+            # killed while the model's own replica restarts on the new revision (the canary serving every
+            # session meanwhile): A, started again, carries it on
+            await standby_up("a")
+            await update_killed("b", "a", "v3", "chat", "restarting its 1 replica on it", "moving")
 
-            await until(ended, 60, "the update ending on B", cluster.logs)
-            job = await cluster.admin(http, "b", "GET", f"/jobs/{job_id}")
-            resumed_words = f"resumed by {b_holder} after {a_holder} (epoch 1) lost the lease"
-            assert job["state"] == "done", (job, cluster.logs())
-            assert job["now"].startswith("done: chat runs acme/chat@v2; `llmgw ctl model rollback chat` returns it "
-                                         "to acme/chat@v1 until "), job["now"]
-            assert job["now"].endswith(f"({resumed_words})"), job["now"]
-            texts = [s["text"] for s in job["steps"]]
-            assert texts[0].endswith(" asked to update chat from acme/chat@v1 to acme/chat@v2"), texts
-            assert f"{resumed_words}, from its stage 'starting'" in texts, texts
-            await until(lambda: asyncio.sleep(0, agent.serving() == [("chat", "acme/chat@v2")]), 30,
-                        "one replica set serving: chat on v2, the canary gone")
-            await asyncio.sleep(2)
-            assert agent.serving() == [("chat", "acme/chat@v2")]
-            assert (await cluster.admin(http, "b", "GET", "/models/chat"))["spec"]["source"] == "acme/chat@v2"
-            assert (await cluster.admin(http, "b", "GET", "/canaries"))["canaries"] == []
-            code, out = await cluster.ctl("b", "jobs", job_id, "--no-follow")
-            assert code == 0 and f"{resumed_words}, from its stage 'starting'" in out, out
-            code, out = await cluster.ctl("b", "jobs", "--model", "chat")
-            assert code == 0 and resumed_words in out, out
-            errors = await load.stop()
-            sent = [o for o in load.outcomes if o[0] >= killed_at]
-            failed = [o for o in sent if o[2]]
-            print(f"\nupdate: B took the lease {took:.1f} s after A's SIGKILL; of {len(sent)} requests sent to B "
-                  f"from the kill on, {len(failed)} failed ({len(errors)} of {len(load.outcomes)} in all): "
-                  f"{[f[2] for f in failed][:3]}")
-            assert len(sent) > 20 and len(failed) <= 3, failed[:5]
-            load = None
-
-            # a canary at 10% on B, then B killed: A, started again, takes over and keeps the split
-            cluster.start("a")
-            code, out = await cluster.ctl("b", "model", "canary", "chat", "--to", "v3", "--weight", "10%", "--wait")
+            # a canary at 10% on A, then A killed: B, started again, takes over and keeps the split
+            await standby_up("b")
+            code, out = await cluster.ctl("a", "model", "canary", "chat", "--to", "v4", "--weight", "10%", "--wait")
             assert code == 0, out
-            [canary] = (await cluster.admin(http, "b", "GET", "/canaries"))["canaries"]
-            assert (canary["weight"], canary["serving"]) == (10.0, True)
-
-            async def a_standby() -> bool:
-                try:
-                    async with http.get(cluster.url("a") + "/leader") as resp:
-                        return resp.status == 503
-                except aiohttp.ClientError:
-                    return False
-
-            await until(a_standby, 60, "A up again as a standby", cluster.logs)
-            cluster.kill("b")
-            await until(lambda: cluster.leader(http, "a"), 30, "A taking over from B", cluster.logs)
             [canary] = (await cluster.admin(http, "a", "GET", "/canaries"))["canaries"]
+            assert (canary["weight"], canary["serving"]) == (10.0, True)
+            cluster.kill("a")
+            await until(lambda: cluster.leader(http, "b"), 30, "B taking over from A", cluster.logs)
+            [canary] = (await cluster.admin(http, "b", "GET", "/canaries"))["canaries"]
             assert (canary["name"], canary["revision"], canary["weight"], canary["serving"]) == \
-                ("chat-canary", "acme/chat@v3", 10.0, True)
-            await until(lambda: asyncio.sleep(0, sorted(agent.serving()) == [("chat", "acme/chat@v2"),
-                                                                              ("chat-canary", "acme/chat@v3")]),
-                        30, "both sides still running once each")
-            sdk = openai.AsyncOpenAI(base_url=cluster.url("a") + "/v1", api_key="none", max_retries=2, timeout=10)
+                ("chat-canary", "acme/chat@v4", 10.0, True)
+            both = [("chat", "acme/chat@v3"), ("chat-canary", "acme/chat@v4")]
+            await until(lambda: asyncio.sleep(0, agent.serving() == both), 30, "both sides still running once each")
+            await until(answers_through(http, cluster.url("b")), 30, "chat answering through B")
+            sdk = openai.AsyncOpenAI(base_url=cluster.url("b") + "/v1", api_key="none", max_retries=2, timeout=10)
             sides: dict[str, str] = {}
             gate = asyncio.Semaphore(8)
 
@@ -327,13 +345,12 @@ async def test_an_update_and_a_canary_survive_the_kill_of_their_leader(tmp_path,
                                                               user=f"user-{n}")
                     sides[f"user-{n}"] = reply.model
 
-            await until(answers_through(http, cluster.url("a")), 30, "chat answering through A")
             await asyncio.gather(*(session(n) for n in range(1000)))
             await sdk.close()
             share = sum(1 for m in sides.values() if m == "chat-canary") / len(sides)
             print(f"canary after the take-over: {share:.1%} of 1,000 sessions")
             assert 0.07 <= share <= 0.13, share
-            assert sorted(agent.serving()) == [("chat", "acme/chat@v2"), ("chat-canary", "acme/chat@v3")]
+            assert agent.serving() == both
     finally:
         if load is not None:
             await load.stop()
