@@ -193,6 +193,8 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
         assert len(ok) == N and len(refused) == 9 * N, ([getattr(r, "message", "ok") for r in answers][:10], logs())
         assert all("budget" in r.message for r in refused), {r.message for r in refused}
         assert all(r.parse().usage.completion_tokens == MAX_TOKENS for r in ok)
+        refused_by = {"B" if i % 3 == 1 else "A" for i, r in enumerate(answers) if isinstance(r, openai.RateLimitError)}
+        assert refused_by == {"A", "B"}  # each control plane refuses on the budget the others spent
         served_by = {i % 3 for i, r in enumerate(answers) if not isinstance(r, Exception)}
         print(f"\nbudget for {N}: {len(ok)} answered (through gateways {sorted(served_by)} of the round-robin), "
               f"{len(refused)} refused with 429")
@@ -216,6 +218,10 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
         refused = [r for r in answers if isinstance(r, openai.RateLimitError)]
         assert len(ok) == 60 and len(refused) == 40, ([getattr(r, "message", "ok") for r in answers][:10], logs())
         assert "limit of 60 requests a minute" in refused[0].message
+        through = {name: sum(1 for i, r in enumerate(answers) if ("B" if i % 3 == 1 else "A") == name and r in ok)
+                   for name in ("A", "B")}
+        print(f"RPM of 60: answered through A {through['A']}, through B {through['B']}")
+        assert through["A"] > 0 and through["B"] > 0  # the 60 counted across both control planes
         assert all(float(r.response.headers["retry-after"]) >= 1 for r in refused)
         ids = [r.headers["x-llmgw-request-id"] for r in ok]
         wait_until(lambda: asyncio.run(usage_rows(dsn, ids)) == 60, 20, "the 60 usage rows")
