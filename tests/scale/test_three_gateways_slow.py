@@ -194,7 +194,7 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
         assert all("budget" in r.message for r in refused), {r.message for r in refused}
         assert all(r.parse().usage.completion_tokens == MAX_TOKENS for r in ok)
         refused_by = {"B" if i % 3 == 1 else "A" for i, r in enumerate(answers) if isinstance(r, openai.RateLimitError)}
-        assert refused_by == {"A", "B"}  # each control plane refuses on the budget the others spent
+        assert refused_by == {"A", "B"}  # both control planes refuse on the one budget
         served_by = {i % 3 for i, r in enumerate(answers) if not isinstance(r, Exception)}
         print(f"\nbudget for {N}: {len(ok)} answered (through gateways {sorted(served_by)} of the round-robin), "
               f"{len(refused)} refused with 429")
