@@ -59,3 +59,16 @@ def test_a_bad_variable_is_refused_naming_it(monkeypatch):
     monkeypatch.setenv(ADVERTISE_ENV, "not an address")
     (problem,) = problems({})
     assert problem.startswith("agent_advertise:") and ADVERTISE_ENV in problem and "unset it" in problem, problem
+
+
+def test_llmgw_server_refuses_to_start_on_a_bad_variable_and_says_which(monkeypatch, tmp_path, capsys):
+    from llmgw.cli.main import main
+
+    config = tmp_path / "server.yaml"
+    config.write_text(f'agent_insecure: true\nstore: {{dsn: "sqlite:///{tmp_path}/store.db"}}\n'
+                      f'admin_token_file: "{tmp_path}/admin-token"\n')
+    monkeypatch.setenv(ADVERTISE_ENV, "llmgw-0")
+    assert main(["server", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "agent_advertise: environment variable LLMGW_AGENT_ADVERTISE" in err and "'llmgw-0'" in err
+    assert not (tmp_path / "store.db").exists() and not (tmp_path / "admin-token").exists()  # nothing started
