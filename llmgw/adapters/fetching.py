@@ -21,7 +21,8 @@ class AdapterFetchError(Exception):
     """An adapter could not be fetched; the message names it."""
 
 
-async def fetch_adapters(weights: Any, msg: wire.StartShard, progress: Callable[[Any], None]) -> tuple[AdapterFile, ...]:
+async def fetch_adapters(weights: Any, msg: wire.StartShard,
+                         progress: Callable[[Any], None]) -> tuple[AdapterFile, ...]:
     """Every adapter of the start, on this node, in order."""
     from llmgw.agent.weights import WeightsError
 

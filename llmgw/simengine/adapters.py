@@ -151,5 +151,5 @@ def parse_with(parse, body: dict[str, Any], engine: Any):
     return plan
 
 
-__all__ = ["ADAPTERS", "Adapters", "SimAdapter", "load_handler", "models_body", "parse_module", "parse_with", "read_adapter",
-           "unload_handler"]
+__all__ = ["ADAPTERS", "Adapters", "SimAdapter", "load_handler", "models_body", "parse_module", "parse_with",
+           "read_adapter", "unload_handler"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -30,9 +29,3 @@ async def sim():
     for engine in running:
         await engine.close()
 
-
-def sim_adapter(path: Path, answer_prefix: str) -> Path:
-    """A file the sim engine loads as an adapter whose answers begin with `answer_prefix`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"answer_prefix": answer_prefix}))
-    return path

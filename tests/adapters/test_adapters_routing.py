@@ -8,7 +8,7 @@ from pathlib import Path
 import openai
 import pytest
 from aiohttp import web
-from conftest import sim_adapter
+from adapter_files import sim_adapter
 
 from llmgw.adapters import serving
 from llmgw.auth.keys import model_aliases

@@ -15,7 +15,7 @@ import json
 import openai
 import pytest
 from adapters_cluster import Served
-from conftest import sim_adapter
+from adapter_files import sim_adapter
 
 pytestmark = pytest.mark.slow
 
@@ -83,3 +83,17 @@ async def test_the_openai_sdk_asks_base_adapter_and_the_adapter_answers(tmp_path
         assert restarted.returncode == 0, restarted.stderr
         answer = await served.ask("lazy:three", QUESTION, max_tokens=8)
         assert answer.choices[0].message.content.startswith("THREE:")
+
+
+async def test_a_bad_sha256_fails_the_start_naming_the_adapter(tmp_path):
+    served = Served(tmp_path, [])
+    sql, _ = await served.mirror_file(sim_adapter(tmp_path / "files" / "sql.json", "SQL:"), "bad-sql")
+    served.models.append({"name": "qwen", "engine": "sim", "profiles": [{"name": "cpu"}],
+                          "adapters": [{"name": "sql", "source": sql, "sha256": "0" * 64}]})
+    async with served:
+        for _ in range(240):
+            out = await asyncio.to_thread(served.ctl, "explain-placement", "qwen")
+            if "adapter sql" in out.stdout:
+                break
+            await asyncio.sleep(0.5)
+        assert "adapter sql" in out.stdout, out.stdout + out.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 import openai
-from conftest import sim_adapter
+from adapter_files import sim_adapter
 
 ASK = [{"role": "user", "content": "Which table holds the orders?"}]
 
