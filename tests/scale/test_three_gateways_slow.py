@@ -1,7 +1,8 @@
-"""Three gateways as an operator scales out: two `llmgw server` control planes on one PostgreSQL, one of them with
-`workers: 2`, both counting limits in one Redis (`limits.store`), one `llmgw agent` running a sim engine; clients
-through the official openai SDK (async), round-robin over the three, each request on a connection of its own (so
-the kernel spreads the two-worker server's share over both of its workers, as it does a load balancer's).
+"""Three gateways as an operator scales out: two `llmgw server` control planes on one PostgreSQL, one of them (the
+leader, or the standby) with `workers: 2`, both counting limits in one Redis (`limits.store`), one `llmgw agent`
+running a sim engine; clients through the official openai SDK (async), round-robin over the three, each request on
+a connection of its own (so the kernel spreads the two-worker server's share over both of its workers, as it does a
+load balancer's).
 
 A project's budget for N requests holds against 10×N at once across all three; an RPM of 60 lets exactly 60 of
 100 through across all three; what a user sees is asserted (200s and 429s, the usage rows in the store, the
@@ -132,10 +133,12 @@ async def usage_rows(dsn: str, ids: list[str]) -> int:
         await store.close()
 
 
-def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, redis_server):
+@pytest.mark.parametrize("two_workers", ["leader", "standby"])
+def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, redis_server, two_workers):
     dsn = postgres_server.dsn(postgres_server.create_database())
-    a_ports = write_server(tmp_path / "a.yaml", dsn, redis_server.url, workers=2)
-    b_ports = write_server(tmp_path / "b.yaml", dsn, redis_server.url)
+    workers = {"a": 2 if two_workers == "leader" else 1, "b": 2 if two_workers == "standby" else 1}
+    a_ports = write_server(tmp_path / "a.yaml", dsn, redis_server.url, workers=workers["a"])
+    b_ports = write_server(tmp_path / "b.yaml", dsn, redis_server.url, workers=workers["b"])
     (tmp_path / "agent.yaml").write_text(json.dumps({
         "node_id": "node-1", "insecure": True, "engine_host": "127.0.0.1", "engine_user": "",
         "control_planes": [f"127.0.0.1:{a_ports['agent']}", f"127.0.0.1:{b_ports['agent']}"],
@@ -153,18 +156,25 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
                          for n in ("a.log", "b.log", "agent.log") if (tmp_path / n).exists())
 
     a_url, b_url = f"http://127.0.0.1:{a_ports['client']}", f"http://127.0.0.1:{b_ports['client']}"
-    gateways = [a_url, b_url, a_url]  # three gateways: A's two workers (one port) and B
+    many = "a" if two_workers == "leader" else "b"  # the control plane with two workers (on one port)
+    many_url = a_url if many == "a" else b_url
+    gateways = [a_url, b_url, many_url]  # three gateways: one control plane's two workers, and the other
+    processes = [(f"{name.upper()} worker {i}", ports["metrics"] + i)
+                 for name, ports in (("a", a_ports), ("b", b_ports)) for i in range(workers[name])]
+
+    def plane(i: int) -> str:  # which control plane request i of a round-robin went to
+        return "A" if gateways[i % 3] == a_url else "B"
     procs: list[subprocess.Popen] = []
     engines: list[int] = []
     try:
         a = start("server", "--config", str(tmp_path / "a.yaml"), log="a.log")
         procs.append(a)
         wait_until(lambda: get(f"{a_url}/leader")[0] == 200, 60, "A leading")
-        wait_until(lambda: (tmp_path / "a.log").read_text().count("client API listening") >= 2, 60,
-                   "both of A's workers listening")
         b = start("server", "--config", str(tmp_path / "b.yaml"), log="b.log")
         procs.append(b)
         wait_until(lambda: get(f"{b_url}/leader")[0] == 503, 60, "B up as a standby")
+        wait_until(lambda: (tmp_path / f"{many}.log").read_text().count("client API listening") >= 2, 60,
+                   "both workers listening")
         budget_project, budget_key = asyncio.run(make_project(dsn, "budgeted", budget_micros=N * COST,
                                                               budget_period="day", rpm=100_000))
         rpm_project, rpm_key = asyncio.run(make_project(dsn, "paced", rpm=60))
@@ -179,12 +189,11 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
         try:
             wait_until(all_answer, 120, "an answer through each control plane")
             wait_until(lambda: all(not isinstance(r, Exception)
-                                   for r in asyncio.run(round_robin([a_url] * 8, warm_key, 8))),
-                       30, "every worker of A answering")
+                                   for r in asyncio.run(round_robin([many_url] * 8, warm_key, 8))),
+                       30, "every worker answering")
         except AssertionError:
             raise AssertionError(logs()) from None
-        before = [requests_seen(a_ports["metrics"]), requests_seen(a_ports["metrics"] + 1),
-                  requests_seen(b_ports["metrics"])]
+        before = [requests_seen(port) for _, port in processes]
 
         # The budget for N requests, 10×N at once across the three: exactly N answered, the rest refused.
         answers = asyncio.run(round_robin(gateways, budget_key, 10 * N))
@@ -193,11 +202,11 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
         assert len(ok) == N and len(refused) == 9 * N, ([getattr(r, "message", "ok") for r in answers][:10], logs())
         assert all("budget" in r.message for r in refused), {r.message for r in refused}
         assert all(r.parse().usage.completion_tokens == MAX_TOKENS for r in ok)
-        refused_by = {"B" if i % 3 == 1 else "A" for i, r in enumerate(answers) if isinstance(r, openai.RateLimitError)}
+        refused_by = {plane(i) for i, r in enumerate(answers) if isinstance(r, openai.RateLimitError)}
         assert refused_by == {"A", "B"}  # both control planes refuse on the one budget
-        served_by = {i % 3 for i, r in enumerate(answers) if not isinstance(r, Exception)}
-        print(f"\nbudget for {N}: {len(ok)} answered (through gateways {sorted(served_by)} of the round-robin), "
-              f"{len(refused)} refused with 429")
+        served_by = {plane(i) for i, r in enumerate(answers) if not isinstance(r, Exception)}
+        print(f"\ntwo workers on the {two_workers}: budget for {N}: {len(ok)} answered (through "
+              f"{' and '.join(sorted(served_by))}), {len(refused)} refused with 429")
         # The usage rows of every answered request are in the store; the admin API's spend is within the budget.
         ids = [r.headers["x-llmgw-request-id"] for r in ok]
         wait_until(lambda: asyncio.run(usage_rows(dsn, ids)) == N, 20, "every answered request's usage row")
@@ -218,19 +227,16 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
         refused = [r for r in answers if isinstance(r, openai.RateLimitError)]
         assert len(ok) == 60 and len(refused) == 40, ([getattr(r, "message", "ok") for r in answers][:10], logs())
         assert "limit of 60 requests a minute" in refused[0].message
-        through = {name: sum(1 for i, r in enumerate(answers) if ("B" if i % 3 == 1 else "A") == name and r in ok)
-                   for name in ("A", "B")}
+        through = {name: sum(1 for i, r in enumerate(answers) if plane(i) == name and r in ok) for name in ("A", "B")}
         print(f"RPM of 60: answered through A {through['A']}, through B {through['B']}")
         assert through["A"] > 0 and through["B"] > 0  # the 60 counted across both control planes
         assert all(float(r.response.headers["retry-after"]) >= 1 for r in refused)
         ids = [r.headers["x-llmgw-request-id"] for r in ok]
         wait_until(lambda: asyncio.run(usage_rows(dsn, ids)) == 60, 20, "the 60 usage rows")
 
-        # Each of the three gateways (A's worker 0, A's worker 1, B) took some of the 160 requests.
-        after = [requests_seen(a_ports["metrics"]), requests_seen(a_ports["metrics"] + 1),
-                 requests_seen(b_ports["metrics"])]
-        took = [int(x - y) for x, y in zip(after, before)]
-        print(f"requests taken: A worker 0 {took[0]}, A worker 1 {took[1]}, B {took[2]}")
+        # Each of the three gateways (both workers of one control plane, and the other) took some of the 160.
+        took = [int(requests_seen(port) - seen) for (_, port), seen in zip(processes, before)]
+        print("requests taken: " + ", ".join(f"{name} {n}" for (name, _), n in zip(processes, took)))
         assert sum(took) == 10 * N + 100 and min(took) > 0, took
         engines = descendants(agent.pid)
     finally:
