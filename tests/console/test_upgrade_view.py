@@ -160,3 +160,26 @@ async def test_a_standby_refuses_naming_the_leader(cluster):
         finally:
             await app.settle()
             await app.api.close()
+
+
+async def test_send_every_node_back_asks_then_follows_the_way_back(console, cluster):
+    app = console
+    first = cluster.start_upgrade({"release": NEW})
+    for _ in range(100):
+        if cluster.upgrade_jobs()[0]["state"] == "done":
+            break
+        await asyncio.sleep(0.1)
+    assert cluster.versions() == {"node-a": NEW, "node-b": NEW}
+    await open_view(app, "Upgrade the cluster")
+    await keys(app, "enter")
+    await choose(app, "Send every node back")
+    question = said(screen(app, WIDE))
+    assert "Send every node back to the file it ran before its last upgrade?" in question
+    assert "One node at a time: node-a, node-b;" in question
+    await keys(app, "y")
+    text = await until_shown(app, "Done:")
+    back = next(j for j in cluster.upgrade_jobs() if j["id"] != first["id"])
+    assert f"Job {back['id']}: upgrade cluster back to the file before" in text
+    assert cluster.versions() == {"node-a": OLD, "node-b": OLD}
+    newest, _ = cluster.audited("cluster.upgrade")  # newest first: the console's, after the API's own
+    assert newest.actor == "ann" and newest.detail["fields"]["back"] is True

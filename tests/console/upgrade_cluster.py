@@ -46,7 +46,7 @@ class UpgradeCluster:
         self.agent_url = f"127.0.0.1:{agent_port}"
         self.config = parse_server_config({
             "agent_listen": self.agent_url, "agent_insecure": True,
-            "control": {"lease_ttl": "1200ms", "reconcile_interval": "200ms"},
+            "control": {"lease_ttl": "5s", "reconcile_interval": "200ms"},  # 5 s: a loaded machine keeps its lease
             "mirror": {"url": f"http://127.0.0.1:{self.mirror_port}"}, "releases": {"trusted_keys": [public]}})
         self.slot = ControlPlaneSlot()
         self.live = LiveAdmin(tmp, cluster=AdminCluster(self.slot), config=self.config)
@@ -126,7 +126,7 @@ class Standby:
 
     def __init__(self, cluster: UpgradeCluster) -> None:
         self.config = parse_server_config({
-            "agent_listen": f"127.0.0.1:{free_port()}", "agent_insecure": True, "control": {"lease_ttl": "1200ms"},
+            "agent_listen": f"127.0.0.1:{free_port()}", "agent_insecure": True, "control": {"lease_ttl": "5s"},
             "mirror": {"url": cluster.config.mirror.url}})
         self.slot = ControlPlaneSlot()
         self.live = LiveAdmin(cluster.tmp, cluster=AdminCluster(self.slot), config=self.config)  # the same store
