@@ -102,6 +102,7 @@ async def run(bench: GatewayBench, gateways: int, *, store: str | None = None,
                      max_tokens=bench.answer_tokens, stream=bench.stream)
     children: list[procs.Child] = []
     targets: list[gateway._Target] = []
+    key_id = None
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as tmp, procs.quiet_llmgw_logs():
         workdir = Path(tmp)
         try:
@@ -121,7 +122,7 @@ async def run(bench: GatewayBench, gateways: int, *, store: str | None = None,
             say("starting redis-server: the limits every gateway and worker counts in")
             redis, redis_url = await procs.start_redis(workdir)
             children.append(redis)
-            shared_secret = await procs.make_key(store, MODEL) if bench.keys else None
+            shared_secret, key_id = await bench_key(store) if bench.keys else (None, None)
             for count, workers in scaled:
                 name = setup_name(count, workers)
                 say(f"starting {name}: {count} control planes with {workers} worker(s) each")
@@ -153,6 +154,8 @@ async def run(bench: GatewayBench, gateways: int, *, store: str | None = None,
         finally:
             for child in reversed(children):
                 await child.stop()
+    if store_given and key_id is not None:
+        await revoke(store, key_id)
     return report(bench, gateways, generator, notes, targets, host, store_given=store_given)
 
 
@@ -163,6 +166,45 @@ def _rss(target: gateway._Target) -> float | None:
 
 
 # ---------------------------------------------------------------- the scaled gateways
+
+#: The project the benchmark's key is in, made in the store when it is not there (a given store keeps it).
+BENCH_PROJECT = "bench/load"
+
+
+async def bench_key(dsn: str) -> tuple[str, str]:
+    """A key of project bench/load (made when missing) whose limits and budget never refuse, so the key
+    look-up, the limit checks and the budget hold all run on every request: (its secret, its id). A new key
+    each run, so a store given with --store can be used again."""
+    from llmgw.auth.tenancy import NotFound, Tenancy
+    from llmgw.store import open_store
+
+    store = await open_store(dsn)
+    try:
+        tenancy = Tenancy(store, actor="llmgw bench")
+        for path, project in (("bench", False), (BENCH_PROJECT, True)):
+            try:
+                await tenancy.find(path)
+            except NotFound:
+                await tenancy.create(path, project=project)
+        issued = await tenancy.create_key(project=BENCH_PROJECT, name=f"bench-{int(time.time())}", models=[MODEL])
+        await tenancy.set_limits(await tenancy.scope(f"project:{BENCH_PROJECT}"), rpm=10**9, tpm=10**12,
+                                 budget_micros=10**15, budget_period="month")
+        return issued.secret, issued.key.id
+    finally:
+        await store.close()
+
+
+async def revoke(dsn: str, key_id: str) -> None:
+    """The run's key revoked: a store given with --store keeps no usable key of the benchmark's."""
+    from llmgw.auth.tenancy import Tenancy
+    from llmgw.store import open_store
+
+    store = await open_store(dsn)
+    try:
+        await Tenancy(store, actor="llmgw bench").revoke_key(key_id)
+    finally:
+        await store.close()
+
 
 
 def control_plane_yaml(*, listen: str, workdir: Path, dsn: str, redis_url: str, engine_url: str, keys: bool,

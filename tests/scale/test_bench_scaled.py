@@ -103,3 +103,52 @@ def test_bench_gateway_with_two_gateways_and_two_workers_runs_every_setup_side_b
         assert t[name]["rps_vs_one_process"] > 0 and t[name]["cpu_ms_per_req"] > 0
     assert (t["llmgw-2g2w"]["gateways"], t["llmgw-2g2w"]["workers"]) == (2, 2)
     assert t["llmgw-2g2w"]["rss_mb_before"] > t["llmgw-2g"]["rss_mb_before"]  # four processes against two
+
+
+@pytest.mark.slow  # three openings of a store: a second or more on a busy machine
+async def test_a_given_store_can_be_benchmarked_again_and_keeps_no_usable_key(tmp_path):
+    from llmgw.auth.keys import KeyResolver
+    from llmgw.auth.principal import AuthError
+    from llmgw.store import open_store
+
+    dsn = str(tmp_path / "llmgw.db")
+    first, first_id = await gateway_scaled.bench_key(dsn)
+    second, second_id = await gateway_scaled.bench_key(dsn)  # the project is there already: a new key in it
+    assert first != second and first_id != second_id
+    for key_id in (first_id, second_id):
+        await gateway_scaled.revoke(dsn, key_id)
+    store = await open_store(dsn)
+    try:
+        with pytest.raises(AuthError) as refused:
+            await KeyResolver(store).resolve(second)
+        assert refused.value.status == 401
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("redis-server"), reason="redis-server is missing: apt-get install redis-server")
+def test_bench_gateway_on_a_given_store_leaves_its_key_revoked(postgres_server):
+    import asyncio
+
+    dsn = postgres_server.dsn(postgres_server.create_database())
+    done = subprocess.run([sys.executable, "-m", "llmgw", "bench", "gateway", "--gateways", "2", "--store", dsn,
+                           "--requests", "40", "--rounds", "1", "--warmup", "5", "--concurrency", "4", "--json"],
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["settings"]["store"] == "given" and list(report["targets"]) == ["direct", "llmgw", "llmgw-2g"]
+    assert report["targets"]["llmgw-2g"]["errors"] == 0
+
+    async def keys() -> list:
+        from llmgw.auth.tenancy import Tenancy
+        from llmgw.store import open_store
+
+        store = await open_store(dsn)
+        try:
+            return await Tenancy(store, actor="test").list_keys(project="bench/load", include_unusable=True)
+        finally:
+            await store.close()
+
+    found = asyncio.run(keys())
+    assert len(found) == 1 and found[0].revoked_at is not None, found
