@@ -183,3 +183,28 @@ async def test_send_every_node_back_asks_then_follows_the_way_back(console, clus
     assert cluster.versions() == {"node-a": OLD, "node-b": OLD}
     newest, _ = cluster.audited("cluster.upgrade")  # newest first: the console's, after the API's own
     assert newest.actor == "ann" and newest.detail["fields"]["back"] is True
+
+
+async def test_a_mirror_that_does_not_answer_is_said_with_its_address(tmp_path):
+    import urllib.error
+    import urllib.request
+
+    from llmgw.admin.testing import FakeCluster, LiveAdmin
+    from llmgw.config.load import parse_server_config
+    from upgrade_helpers import free_port
+
+    mirror = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with LiveAdmin(tmp_path, cluster=FakeCluster(), config=parse_server_config({"mirror": {"url": mirror}})) as live:
+        req = urllib.request.Request(live.url + "/api/v1/releases", headers=live.headers())
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=30)
+        assert refused.value.code == 502
+        app = ConsoleApp(AdminApi(live.url, live.TOKEN, "ann"), machine="cp-test")
+        try:
+            await open_view(app, "Upgrade the cluster")
+            text = " ".join(screen(app, WIDE).split())
+            assert f"Could not read them: cannot read the releases from the mirror at {mirror}" in text
+            assert "is `llmgw mirror serve` running there?" in text
+        finally:
+            await app.settle()
+            await app.api.close()

@@ -20,7 +20,7 @@ from llmgw.console.views.jobs import ACTIVE, follow_job, job_result
 __all__ = ["RACK_LABEL", "UpgradeView", "upgrade_order"]
 
 RACK_LABEL = "llmgw.io/rack"
-#: Seconds one node may take to come back with the new version, unless the form says otherwise.
+#: Seconds one control plane or node may take to come back with the new version, unless the form says otherwise.
 NODE_TIMEOUT = 600
 
 
@@ -96,7 +96,7 @@ class UpgradeView(TextView):
                   ChoiceField("rollback", "On a failure", ["stop there", "stop and send the upgraded nodes back"],
                               False, values=[False, True]),
                   TextField("timeout", "Node timeout", str(NODE_TIMEOUT), whole("Node timeout", minimum=1),
-                            hint="seconds one node may take to come back with the new version")]
+                            hint="seconds one control plane or node may take to come back with the new version")]
         self.app.form(f"Upgrade the cluster to {release}", fields,
                       lambda v: self.actions.upgrade({"release": release, "by": v["by"], "rollback": v["rollback"],
                                                       "timeout": v["timeout"]}),
