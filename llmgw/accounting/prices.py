@@ -18,6 +18,8 @@ from decimal import Decimal
 
 import attrs
 
+from llmgw.adapters.names import base_aliases
+
 MICROS = 1_000_000
 
 
@@ -71,6 +73,9 @@ class PriceBook:
             price = ModelPrice.per_million(model.price.input, model.price.output)
             for name in (model.name, *model.aliases):
                 prices.setdefault(name, price)
+        for name, base in base_aliases(config.models).items():  # adapters: priced as their base
+            if base in prices:
+                prices.setdefault(name, prices[base])
         return cls(prices, default, config.prices.currency)
 
     def price(self, model: str) -> ModelPrice:

@@ -98,3 +98,12 @@ def test_llama_cpp_replicas_carry_the_adapter_by_its_index_and_scale():
     assert b'"lora":[{"id":1,"scale":0.5}]' in sent.replace(b" ", b"")
     assert b'"cache_prompt":false' in sent.replace(b" ", b"")  # llama-server's cache ignores which adapter
     assert base.body_fields == {"cache_prompt": False}  # for the base's requests too
+
+
+def test_an_adapter_is_priced_as_its_base():
+    from llmgw.accounting.prices import PriceBook
+
+    config = parse_server_config({"models": [{**QWEN, "price": {"input": 2.0, "output": 6.0}}, OTHER]})
+    book = PriceBook.from_config(config)
+    assert book.price("qwen:sql") == book.price("small:sql") == book.price("sql") == book.price("qwen")
+    assert book.price("qwen:sql") != book.price("other")
