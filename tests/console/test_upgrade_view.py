@@ -75,7 +75,8 @@ async def test_an_upgrade_by_rack_with_rollback_says_its_order_and_is_followed_t
     assert "2. The standby control planes, one at a time" in question
     assert "3. The leader last of them: it hands its lease to an upgraded standby" in question
     assert "4. The nodes' agents, one rack at a time: rack r1: node-a; rack r2: node-b" in question
-    assert "the nodes upgraded so far are sent back to the file before" in question
+    assert "what was upgraded so far (the standbys when a control plane failed, the nodes when a node did) is sent " \
+        "back to the file before" in question
     assert not cluster.upgrade_jobs()  # nothing yet: only Y goes on
 
     await keys(app, "y")

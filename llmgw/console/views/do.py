@@ -1,4 +1,7 @@
-"""Do: add a node, restart all replicas, back up now, send a test notification, leave."""
+"""Do: add a node, restart all replicas, back up now, send a test notification, leave.
+
+Upgrade the cluster and Replicate the store, larger, are views of their own (upgrade.py, replicate.py).
+"""
 
 from __future__ import annotations
 

@@ -93,9 +93,9 @@ class UpgradeView(TextView):
 
         fields = [ChoiceField("by", "One at a time", ["node by node", f"rack by rack ({RACK_LABEL})"], "node",
                               values=["node", "rack"], hint="by rack: every node of one rack label at once"),
-                  ChoiceField("rollback", "On a failure", ["stop there", "stop and send the upgraded nodes back"],
+                  ChoiceField("rollback", "On a failure", ["stop there", "stop and send back what was upgraded"],
                               False, values=[False, True]),
-                  TextField("timeout", "Node timeout", str(NODE_TIMEOUT), whole("Node timeout", minimum=1),
+                  TextField("timeout", "Timeout", str(NODE_TIMEOUT), whole("Timeout", minimum=1),
                             hint="seconds one control plane or node may take to come back with the new version")]
         self.app.form(f"Upgrade the cluster to {release}", fields,
                       lambda v: self.actions.upgrade({"release": release, "by": v["by"], "rollback": v["rollback"],
@@ -141,7 +141,7 @@ def upgrade_order(release: str, by: str, rollback: bool, nodes: list[dict[str, A
             "loses the admin API for a few seconds and reads the job again from the new leader's record.",
             f"4. The nodes' agents, {order}: each one's engines keep serving; a node already on the release is "
             "passed over.",
-            "At the first failure the job stops, saying which node and why"
-            + ("; the nodes upgraded so far are sent back to the file before." if rollback else
-               "; the nodes upgraded so far stay upgraded."),
+            "At the first failure the job stops, saying which control plane or node and why"
+            + ("; what was upgraded so far (the standbys when a control plane failed, the nodes when a node did) "
+               "is sent back to the file before." if rollback else "; what was upgraded so far stays upgraded."),
             "The job's steps are shown here as they happen."]
