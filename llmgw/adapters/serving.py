@@ -78,8 +78,24 @@ def withdraw(replicas: ReplicaSet, base_id: str, adapter: str) -> None:
 
 def held_by(replicas: ReplicaSet, base_id: str) -> list[str]:
     """The adapters the router serves at a base replica now."""
+    if not getattr(replicas, "_adapters_followed", False):
+        return []  # no adapter was ever served from this set
     prefix = base_id + ID_SEPARATOR
     return [r.id[len(prefix):] for r in replicas if r.id.startswith(prefix)]
+
+
+def last_used(replicas: ReplicaSet, base_id: str, now: float) -> float:
+    """When the adapters' replicas at a base replica were last chosen (`now` while one serves a request), 0: never;
+    what the scheduler's idle reckoning adds to the base's own use."""
+    used = 0.0
+    for name in held_by(replicas, base_id):
+        replica = replicas.get(adapter_replica_id(base_id, name))
+        if replica is None:
+            continue
+        if replica.in_flight > 0:
+            return now
+        used = max(used, replica.last_chosen)
+    return used
 
 
 def follow(replicas: ReplicaSet) -> None:
@@ -110,5 +126,5 @@ def with_body_fields(replica: Replica, body: bytes, content_type: str) -> bytes:
     return dumps({**data, **fields})
 
 
-__all__ = ["ID_SEPARATOR", "adapter_replica", "adapter_replica_id", "base_id_of", "follow", "held_by", "publish",
-           "with_body_fields", "withdraw"]
+__all__ = ["ID_SEPARATOR", "adapter_replica", "adapter_replica_id", "base_id_of", "follow", "held_by", "last_used",
+           "publish", "with_body_fields", "withdraw"]

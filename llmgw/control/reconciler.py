@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from llmgw.adapters import loading as adapters_loading
+from llmgw.adapters import serving as adapters_serving
 from llmgw.config.server import ControlConfig, FacilityConfig
 from llmgw.control.agent_events import CRASH_WINDOW, AgentEvents
 from llmgw.control.catalog import Catalog, CatalogModel, model_to_spec
@@ -565,7 +566,7 @@ class Reconciler(AgentEvents, EngineProvisioning):
             if replica.in_flight > 0:
                 return now
             used = max(used, replica.last_chosen)
-        return used
+        return max(used, adapters_serving.last_used(self.replicas, rec.id, now))  # adapters: their requests too
 
     def _slo_pressed(self, model: str, live: list[ReplicaRecord]) -> bool:
         """slo: the model is over its ttft_p99 while every replica it has is ready (one more at a time)."""

@@ -107,3 +107,14 @@ def test_an_adapter_is_priced_as_its_base():
     book = PriceBook.from_config(config)
     assert book.price("qwen:sql") == book.price("small:sql") == book.price("sql") == book.price("qwen")
     assert book.price("qwen:sql") != book.price("other")
+
+
+def test_a_replica_serving_only_its_adapters_is_not_idle():
+    replicas = ReplicaSet()
+    base = replicas.add(Replica(id="r1", model="qwen", base_url="http://h/v1", source="control"))
+    assert serving.last_used(replicas, "r1", 100.0) == 0.0
+    [sql] = serving.publish(replicas, base, parse_server_config({"models": [QWEN]}).models[0], ["sql"], "sim")
+    sql.last_chosen = 42.0
+    assert serving.last_used(replicas, "r1", 100.0) == 42.0
+    sql.in_flight = 1
+    assert serving.last_used(replicas, "r1", 100.0) == 100.0
