@@ -68,6 +68,9 @@ def test_the_catalog_refuses_an_engine_without_adapters_and_max_adapters_on_llam
         catalog.check({"name": "m", "engine": "sglang", "profiles": [{"name": "g", "gpus": 1}], "adapters": [SQL]})
     assert "profiles[0].engine: sglang loads no LoRA adapters" in str(caught.value)
     with pytest.raises(CatalogError) as caught:
+        catalog.check({"name": "m", "engine": "trtllm", "profiles": [{"name": "g", "gpus": 1}], "adapters": [SQL]})
+    assert "profiles[0].engine: trtllm loads no LoRA adapters" in str(caught.value)
+    with pytest.raises(CatalogError) as caught:
         catalog.check({"name": "m", "engine": "llamacpp", "profiles": [{"name": "c"}], "adapters": [SQL],
                        "max_adapters": 1})
     assert "max_adapters: llamacpp loads every adapter when it starts" in str(caught.value)
