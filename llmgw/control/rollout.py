@@ -156,6 +156,10 @@ class ModelRollouts(JobDriver):
 
     def __init__(self, plane: ControlPlane, *, wall_clock: Callable[[], float] = time.time) -> None:
         super().__init__(plane, wall_clock=wall_clock)
+        from llmgw.router.catalog_follow import WATCH_S
+
+        #: seconds every gateway (a standby's too) takes to read a new split from the store, and so to follow it
+        self.follow_wait = WATCH_S + 1.0
 
     # ---------------------------------------------------------------- reading
 
@@ -435,6 +439,7 @@ class ModelRollouts(JobDriver):
             await self._save(lambda r: r.canaries.__setitem__(name, moved))
             self._step(job, f"{canary.name} takes all of {name}'s sessions while {name} moves to "
                             f"{canary.revision}")
+            await self._gateways_follow(job)  # no gateway still sends a session to a replica about to restart
         current = self.catalog.get(name)
         if current is None:
             await self._remove_canary(canary, actor)
@@ -469,12 +474,25 @@ class ModelRollouts(JobDriver):
         else:
             await self._settled(job)
         await self._wait_replaced(job, name, list(old), in_place=True)
-        if self._need_canary(name, required=False) is not None:
+        left = self._need_canary(name, required=False)
+        if left is not None:
+            if left.weight:  # its sessions back to the model first, on every gateway, then it goes
+                await self._save(lambda r: r.canaries.__setitem__(name, attrs.evolve(left, weight=0.0)))
+                self._step(job, f"{name} takes its sessions back from {canary.name}")
+                await self._gateways_follow(job)
             await self._remove_canary(canary, actor)
             self._step(job, f"{canary.name} removed")
         when = dt.datetime.fromtimestamp(until, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         self.plane.jobs.end(job, "done", f"{name} runs {canary.revision}; `llmgw ctl model rollback {name}` "
                                          f"returns it to {from_source or '(no source)'} until {when}")
+
+    async def _gateways_follow(self, job: Job) -> None:
+        """Wait until every gateway has read the split just written (each reads it every few seconds)."""
+        deadline = asyncio.get_running_loop().time() + self.follow_wait
+        while asyncio.get_running_loop().time() < deadline:
+            if not job.active:
+                raise _Stopped(job.now)
+            await asyncio.sleep(min(POLL, self.follow_wait))
 
     async def _update(self, job: Job, name: str, canary: Canary, suite: Suite | None, actor: str,
                       from_source: str, *, stage: str = "starting", resumed: bool = False) -> None:

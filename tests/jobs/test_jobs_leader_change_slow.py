@@ -301,6 +301,7 @@ async def test_an_update_and_a_canary_survive_the_kill_of_their_leader(tmp_path,
                       f"({sum(1 for o in load.outcomes if o[2])} of {len(load.outcomes)} in all): "
                       f"{[f[2] for f in failed][:3]}")
                 assert len(sent) > 20 and len(failed) <= 3, failed[:5]
+                assert sum(1 for o in load.outcomes if o[2]) <= 3, [o[2] for o in load.outcomes if o[2]][:5]
                 load = None
 
             async def standby_up(name: str) -> None:
