@@ -35,6 +35,7 @@ from llmgw.bench.gateway import MODEL, BenchError, GatewayBench
 from llmgw.bench.postgres import start_postgres
 from llmgw.bench.stats import Outcome, machine, ratio
 from llmgw.bench.workloads import chat_body, words
+from llmgw.store.state_dir import STATE_DIR_ENV
 
 
 @attrs.define
@@ -239,7 +240,10 @@ async def start_control_plane(workdir: Path, *, dsn: str, redis_url: str, engine
                 listen=f"127.0.0.1:{port}", workdir=workdir, dsn=dsn, redis_url=redis_url, engine_url=engine_url,
                 keys=keys, concurrency=concurrency, workers=workers), f)
         argv = [*procs.self_command(), "--log-level", "info", "server", "--config", str(config)]
-        child = await procs._spawn("llmgw-server", argv, workdir, f"http://127.0.0.1:{port}")
+        state = workdir / "state"  # its own usage journal and instance id, not this machine's /var/lib/llmgw
+        state.mkdir(exist_ok=True)
+        child = await procs._spawn("llmgw-server", argv, workdir, f"http://127.0.0.1:{port}",
+                                   env={STATE_DIR_ENV: str(state)})
         try:
             await procs.wait_ready(child, "/ready", timeout=60)
             deadline = time.monotonic() + 60

@@ -152,3 +152,16 @@ def test_bench_gateway_on_a_given_store_leaves_its_key_revoked(postgres_server):
 
     found = asyncio.run(keys())
     assert len(found) == 1 and found[0].revoked_at is not None, found
+
+
+def test_each_control_plane_on_one_machine_keeps_its_state_where_llmgw_state_dir_says(tmp_path, monkeypatch):
+    import types
+
+    from llmgw.store.state_dir import POSTGRES_STATE_DIR, STATE_DIR_ENV, state_dir, state_dir_of
+
+    postgres = types.SimpleNamespace(dialect="postgres")
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path))
+    assert state_dir_of(postgres) == str(tmp_path) == state_dir("postgres://u@127.0.0.1/db")
+    assert state_dir_of(types.SimpleNamespace(dialect="sqlite", path=str(tmp_path / "s" / "llmgw.db"))) is None
+    monkeypatch.delenv(STATE_DIR_ENV)
+    assert state_dir("postgres://u@127.0.0.1/db") in (POSTGRES_STATE_DIR, None)  # as before: the machine's folder

@@ -26,6 +26,7 @@ import pytest
 
 from llmgw.auth.tenancy import NotFound, Tenancy
 from llmgw.store import open_store
+from llmgw.store.state_dir import STATE_DIR_ENV
 from llmgw.up.procs import descendants
 
 from control.test_failover_slow import free_port, get, wait_until
@@ -92,19 +93,26 @@ async def make_project(dsn: str, name: str, **limits) -> tuple[str, str]:
 
 
 async def round_robin(urls: list[str], secret: str, n: int) -> list:
-    """n requests at once, request i to urls[i % len(urls)], each on a client (a connection) of its own: each
+    """n requests at once, request i to urls[i % len(urls)], each on a client (a connection) of its own, opened
+    (GET /health) before any is sent, so they all arrive within the same moment rather than over the seconds
+    opening 100 connections takes on a busy machine (an RPM's bucket refills one request a second): each
     answer's raw response, or the error the SDK raised."""
+    https = [openai.DefaultAsyncHttpxClient(timeout=60) for _ in range(n)]
+    try:
+        await asyncio.gather(*(http.get(urls[i % len(urls)] + "/health") for i, http in enumerate(https)))
+        clients = [openai.AsyncOpenAI(base_url=urls[i % len(urls)] + "/v1", api_key=secret, max_retries=0,
+                                      http_client=http) for i, http in enumerate(https)]
 
-    async def one(i: int):
-        async with openai.AsyncOpenAI(base_url=urls[i % len(urls)] + "/v1", api_key=secret, max_retries=0,
-                                      timeout=60) as client:
+        async def one(client: openai.AsyncOpenAI):
             try:
                 return await client.chat.completions.with_raw_response.create(
                     model="m", messages=HELLO, max_tokens=MAX_TOKENS)
             except openai.APIStatusError as exc:
                 return exc
 
-    return await asyncio.gather(*(one(i) for i in range(n)))
+        return await asyncio.gather(*(one(c) for c in clients))
+    finally:
+        await asyncio.gather(*(http.aclose() for http in https))
 
 
 def requests_seen(metrics_port: int) -> float:
@@ -148,7 +156,9 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
     def start(*args: str, log: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "llmgw", *args], env=env,
+        state = tmp_path / f"{log}.state"  # each control plane its own usage journal (LLMGW_STATE_DIR)
+        state.mkdir()
+        return subprocess.Popen([sys.executable, "-m", "llmgw", *args], env={**env, STATE_DIR_ENV: str(state)},
                                 stdout=open(tmp_path / log, "wb"), stderr=subprocess.STDOUT)
 
     def logs() -> str:
@@ -238,6 +248,9 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
         took = [int(requests_seen(port) - seen) for (_, port), seen in zip(processes, before)]
         print("requests taken: " + ", ".join(f"{name} {n}" for (name, _), n in zip(processes, took)))
         assert sum(took) == 10 * N + 100 and min(took) > 0, took
+        # each control plane kept its own state folder (its instance id), not this machine's /var/lib/llmgw
+        assert (tmp_path / "a.log.state" / "control-plane.id").exists()
+        assert (tmp_path / "b.log.state" / "control-plane.id").exists()
         engines = descendants(agent.pid)
     finally:
         for proc in procs:
