@@ -31,13 +31,16 @@ def register(sub) -> None:
     p.add_argument("release", nargs="?", default="", metavar="RELEASE",
                    help="the release's version, as `llmgw mirror release list` shows it")
     p.add_argument("--back", action="store_true",
-                   help="send every node back to the file it ran before its last upgrade")
+                   help="send every node's agent back to the file it ran before its last upgrade (the control "
+                        "planes are put back by hand: docs/upgrades.md)")
     p.add_argument("--by", choices=("node", "rack"), default="node",
                    help="node: one node at a time (default); rack: every node of one llmgw.io/rack label at once")
     p.add_argument("--rollback", action="store_true",
-                   help="at the first failure, send the nodes upgraded so far back to the file before")
+                   help="at the first failure, send what was upgraded so far (the standby control planes, or the "
+                        "nodes) back to the file before")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="how long one node may take to come back with the new version (default 600)")
+                   help="how long one control plane or node may take to come back with the new version "
+                        "(default 600)")
     p.add_argument("--no-wait", action="store_true", help="print the job and return; do not follow it")
     register_leaf(p, run_upgrade)
 

@@ -50,6 +50,10 @@ class Member:
     holder: str
     slug: str  #: its `control.members.SLUG` row
     version: str  #: the llmgw it runs, as it wrote when it started ("" from one before versions were written)
+    address: str = ""  #: its agent address: what stays the same when it starts again (its holder name may not)
+
+    def same(self, other: Member) -> bool:
+        return self.address == other.address if self.address and other.address else self.holder == other.holder
 
 
 def member_slug(holder: str) -> str:
@@ -66,7 +70,8 @@ async def members(store) -> list[Member]:
     for key, setting in (await store.get_settings()).items():
         value = setting.value
         if key.startswith(MEMBERS_PREFIX) and isinstance(value, dict) and value.get("holder"):
-            out.append(Member(str(value["holder"]), key.removeprefix(MEMBERS_PREFIX), str(value.get("version") or "")))
+            out.append(Member(str(value["holder"]), key.removeprefix(MEMBERS_PREFIX), str(value.get("version") or ""),
+                              str(value.get("agent_address") or "")))
     return sorted(out, key=lambda m: m.holder)
 
 
@@ -109,7 +114,9 @@ class UpgradeRecord:
     done: list[list[str]] = attrs.Factory(list)  #: [node, the version it ran before], upgraded (or sent back)
     planes_done: list[list[str]] = attrs.Factory(list)  #: [holder, version before], standbys upgraded
     handed_from: str = ""  #: the leader that replaced itself and gave its lease up
+    handed_from_address: str = ""  #: its agent address (its holder name may change as it starts again)
     handed_to: str = ""  #: the standby it handed the lease to ("" when it was the only control plane)
+    handed_to_address: str = ""
     handed_at: float = 0.0  #: wall-clock time it gave the lease up
     leader_before: str = ""  #: the version that leader ran
 

@@ -343,9 +343,9 @@ class ClusterUpgrades:
 
     async def _how_it_came(self, record: UpgradeRecord) -> str:
         me = self.plane.holder
-        if record.handed_from == me:
+        if record.handed_from and Member(record.handed_from, "", "", record.handed_from_address).same(self._me()):
             return f"{me} leads again, on llmgw {self.version}, and carries the job on"
-        if record.handed_from and record.handed_to == me:
+        if record.handed_to and Member(record.handed_to, "", "", record.handed_to_address).same(self._me()):
             took = ""
             for _ in range(20):  # the answer is written just after the lease is taken
                 answer = await self._lead_answer()
@@ -407,10 +407,13 @@ class ClusterUpgrades:
 
     # ---------------------------------------------------------------- the control planes
 
+    def _me(self) -> Member:
+        return Member(self.plane.holder, member_slug(self.plane.holder), self.version, self.plane.advertise)
+
     async def _standbys(self, job: Job, ask: UpgradeAsk, mirror: str, record: UpgradeRecord) -> None:
         me = self.plane.holder
         planes = await members(self.plane.store)
-        standbys = [m for m in planes if m.holder != me]
+        standbys = [m for m in planes if not m.same(self._me())]
         await self._step(job, f"control planes: this leader ({me}) runs llmgw {self.version}; "
                               f"{len(standbys)} standby{'s' if len(standbys) != 1 else ''} first, then this leader "
                               "hands its lease over and is replaced last")
@@ -459,7 +462,7 @@ class ClusterUpgrades:
                 if answer is not None and not answer.get("ok"):
                     return False, str(answer.get("error") or "it did not say why"), bool(answer.get("cannot")), False
                 replaced = replaced or answer is not None
-                now = {p.holder: p.version for p in await members(store)}.get(m.holder)
+                now = next((p.version for p in await members(store) if p.same(m)), None)
                 if replaced and now is not None and (now == want or not want):
                     took = time.monotonic() - started
                     await self._step(job, f"{m.holder}: back as a standby with llmgw {now} (was {m.version or '?'}) "
@@ -502,9 +505,11 @@ class ClusterUpgrades:
                                  f"upgraded ({upgraded}) were sent back to the file they ran before") from None
             raise JobStopped(f"the leader {me}: {exc}; stopped there, before any agent; upgraded: "
                              f"{upgraded or 'none'}") from None
-        upgraded = [m for m in await members(self.plane.store) if m.holder != me and m.version == ask.release]
+        upgraded = [m for m in await members(self.plane.store) if not m.same(self._me()) and m.version == ask.release]
         record.phase, record.handed_from, record.leader_before = "leader-back", me, self.version
+        record.handed_from_address = self.plane.advertise
         record.handed_to = upgraded[0].holder if upgraded else ""
+        record.handed_to_address = upgraded[0].address if upgraded else ""
         await self._step(job, f"{me} (the leader): llmgw {done.version} is in place (the file before kept as "
                               f"{done.previous.name})")
         if upgraded:
@@ -524,14 +529,15 @@ class ClusterUpgrades:
     async def _leader_back(self, job: Job, ask: UpgradeAsk, record: UpgradeRecord) -> None:
         """The leader before replaced itself: wait for it back on the release (as a standby, or leading again)."""
         before = record.handed_from
-        if before == self.plane.holder:
+        gone = Member(before, member_slug(before), "", record.handed_from_address)
+        if gone.same(self._me()):
             if self.version != ask.release:
                 raise JobStopped(f"{before} started again on llmgw {self.version}, not {ask.release} (its program "
                                  "was put back or replaced meanwhile)")
             return
         started = time.monotonic()
         while True:
-            now = {p.holder: p.version for p in await members(self.plane.store)}.get(before)
+            now = next((p.version for p in await members(self.plane.store) if p.same(gone)), None)
             if now == ask.release:
                 await self._step(job, f"{before}: back as a standby with llmgw {now} (was {record.leader_before})")
                 return
