@@ -36,12 +36,14 @@ NAME: dict[str, Any] = {
 ORG_PATH: dict[str, Any] = {
     "x-form": "a path: ORG, ORG/TEAM, ORG/PROJECT or ORG/TEAM/PROJECT",
     "pattern": rf"^{_NAME}(/{_NAME}){{0,2}}$", "maxLength": 303}
+_EMAIL = rf"[^@{_SPACE}{_PLAIN}]+@[^@{_SPACE}{_PLAIN}]+"
 #: An email address as the store keeps it: name@domain, no spaces.
 EMAIL: dict[str, Any] = {
     "x-form": "an address like name@example.com",
-    "pattern": rf"^[^@{_SPACE}{_PLAIN}]+@[^@{_SPACE}{_PLAIN}]+$", "maxLength": 254}
-#: A person: their email or their id (usr-…).
-PERSON: dict[str, Any] = {"x-form": "a person's email or id", "pattern": rf"^{_WORD}$", "maxLength": 254}
+    "pattern": rf"^{_EMAIL}$", "maxLength": 254}
+#: A person: their email (what has an '@' is read as one) or their id (usr-…).
+_PERSON = rf"({_EMAIL}|[^{_PLAIN}@]*[^{_PLAIN}{_SPACE}@][^{_PLAIN}@]*)"
+PERSON: dict[str, Any] = {"x-form": "a person's email or id", "pattern": rf"^{_PERSON}$", "maxLength": 254}
 
 _TREE = rf"{_NAME}(/{_NAME}){{0,2}}"
 #: org:NAME, team:ORG/TEAM or project:PATH.
@@ -51,7 +53,7 @@ TREE_SCOPE: dict[str, Any] = {
 #: As TREE_SCOPE, or user:EMAIL-OR-ID, key:ID.
 SCOPE: dict[str, Any] = {
     "x-form": "a scope: org:NAME, team:ORG/TEAM, project:PATH, user:EMAIL or key:ID",
-    "pattern": rf"^((org|team|project):{_TREE}|(user|key):{_WORD})$"}
+    "pattern": rf"^((org|team|project):{_TREE}|user:{_PERSON}|key:{_WORD})$"}
 #: Groups for the usage export: a list of them, each at most once, written separated by commas (the query
 #: parameter's style form, explode false: by=project,model), or empty for none.
 GROUPS: dict[str, Any] = {

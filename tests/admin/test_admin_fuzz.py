@@ -69,8 +69,9 @@ def fuzz(tmp_path, mode: str, examples: int, *, refused_as_invalid: list[str] | 
                     failures.append(f"{where}: {response.status_code} {response.text[:300]}")
                 if (refused_as_invalid is not None and 400 <= response.status_code < 500
                         and response.status_code not in STATE_REFUSALS):
+                    # the whole answer: a refusal echoing a long value names its reason after it
                     refused_as_invalid.append(f"{where} {case.body!r:.200} {case.query!r:.100}: "
-                                              f"{response.status_code} {response.text[:300]}")
+                                              f"{response.status_code} {response.text}")
                 case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
 
             try:
@@ -133,4 +134,4 @@ def test_data_the_document_allows_is_not_refused_as_invalid(tmp_path):
     refused: list[str] = []
     fuzz(tmp_path, "positive", 10, refused_as_invalid=refused)
     left = [r for r in refused if not any(known in r for known in UNSTATED)]
-    assert not left, f"{len(left)} schema-valid requests refused:\n" + "\n".join(left[:30])
+    assert not left, f"{len(left)} schema-valid requests refused:\n" + "\n".join(r[:600] for r in left[:30])
