@@ -204,6 +204,6 @@ class PlaneWatcher:
         took = time.monotonic() - started
         if leadership.leading:
             logs.event(log, "took the lease the leader handed over", took_s=round(took, 2))
-            await self._answer(ask, ok=True, took=round(took, 2))
+            await self._answer(ask, ok=True, took=round(took, 2), at=time.time())
         else:
             await self._answer(ask, ok=False, error=f"the lease was not free within {leadership.ttl:g} s")

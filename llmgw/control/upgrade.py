@@ -349,8 +349,9 @@ class ClusterUpgrades:
             took = ""
             for _ in range(20):  # the answer is written just after the lease is taken
                 answer = await self._lead_answer()
-                if answer is not None:
-                    took = f" (taken {answer.get('took', 0):.1f} s after it was given up)"
+                if answer is not None:  # the leader's clock when it gave the lease up, this one's when it took it
+                    gap = max(0.0, float(answer.get("at") or 0) - record.handed_at) if record.handed_at else 0.0
+                    took = f" (taken {gap:.1f} s after it was given up)"
                     break
                 await asyncio.sleep(0.05)
             return f"{me} leads now: {record.handed_from} handed its lease over{took}; {me} carries the job on"

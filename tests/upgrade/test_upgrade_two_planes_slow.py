@@ -227,6 +227,7 @@ def test_one_ctl_upgrade_moves_both_control_planes_and_both_agents_under_load(tm
         assert all(zipapp_version(p) == nxt for p in programs.values())
         for node, agent in agents.items():  # each agent the same process, its engine never restarted
             assert agent.poll() is None and children(agent.pid) == engines[node], node
+        print(out)
         print(f"ctl upgrade took {took:.1f} s; the lease taken {taken:.1f} s after it was given up; answered "
               f"through a: {load.ok}, through b when a did not answer: {load.other}, failed: {len(load.failed)} "
               f"{load.failed[:10]}")
