@@ -1,4 +1,4 @@
-"""`POST /upgrade`: the control planes, then every node's agent, moved to a signed release (or the agents back), as a
+"""`POST /upgrade`: the control planes, then every node's agent, moved to a signed release (or all of them back), as a
 job.
 
 The job is the leader's (llmgw/control/upgrade.py); a control plane that
@@ -19,12 +19,13 @@ __all__ = ["UpgradeRequest", "upgrade_cluster"]
 
 @attrs.frozen(kw_only=True)
 class UpgradeRequest:
-    """A release to move the control planes and every node's agent to, or the agents back to the file before."""
+    """A release to move the control planes and every node's agent to, or all of them back to the file before."""
 
     release: str = field("The release to upgrade to, as the mirror holds it under _llmgw/releases/ (`llmgw mirror "
                          "release add`), like 0.2.0; empty with back.", "")
-    back: bool = field("Send every node's agent back to the file it ran before its last upgrade (the control "
-                       "planes are put back by hand).", False)
+    back: bool = field("Send everything back to the file it ran before its last upgrade: every node's agent, then "
+                       "the standby control planes, then the leader (its lease handed to a standby that went "
+                       "back); refused, nothing moved, when a control plane has no file to go back to.", False)
     by: str = field("node: one node at a time; rack: every node of one llmgw.io/rack label at a time.", "node",
                     schema={"enum": ["node", "rack"]})
     rollback: bool = field("At the first failure, send what was upgraded so far (the standby control planes, or "

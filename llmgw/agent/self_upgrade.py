@@ -44,7 +44,7 @@ from llmgw.release.trust import TrustSet
 from llmgw.release.verify import verify_signed_document
 
 __all__ = ["UpgradeRefused", "CannotReplaceItself", "Replaced", "upgrade_self", "exec_again", "running_program",
-           "replace_program", "put_back_previous",
+           "replace_program", "put_back_previous", "previous_version",
            "zipapp_version", "signed_listing", "release_url", "zipapp_names", "PREVIOUS_SUFFIX"]
 
 PREVIOUS_SUFFIX = ".previous"
@@ -208,14 +208,21 @@ def _keep_previous(program: Path) -> Path:
     return previous
 
 
+def previous_version(program: Path) -> str:
+    """The version PROGRAM.previous is (what going back would run); UpgradeRefused, naming the file, when there is
+    none to go back to. Nothing is changed (the leader asks every control plane this before anything goes back)."""
+    previous = program.with_name(program.name + PREVIOUS_SUFFIX)
+    if not previous.is_file():
+        raise UpgradeRefused(f"there is no {previous.name} beside {program}: this machine's llmgw was not upgraded "
+                             "by llmgw, so there is nothing to go back to")
+    return zipapp_version(previous)
+
+
 def put_back_previous(program: Path) -> Replaced:
     """Swap PROGRAM and PROGRAM.previous: the file from before the last upgrade runs again (and the upgrade is kept
     as .previous, to go forward again)."""
     previous = program.with_name(program.name + PREVIOUS_SUFFIX)
-    if not previous.is_file():
-        raise UpgradeRefused(f"there is no {previous.name} beside {program}: this node was not upgraded by llmgw, "
-                             "so there is nothing to go back to")
-    version = zipapp_version(previous)
+    version = previous_version(program)
     swap = program.with_name(f".{program.name}.{secrets.token_hex(4)}.swap")
     os.link(program, swap)
     try:

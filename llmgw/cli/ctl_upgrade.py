@@ -1,4 +1,5 @@
-"""`llmgw ctl upgrade RELEASE` and `llmgw ctl upgrade --back`: every node's agent to a signed release, as a job."""
+"""`llmgw ctl upgrade RELEASE` and `llmgw ctl upgrade --back`: the control planes and every node's agent to a signed
+release, or back to the file before, as a job."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ def register(sub) -> None:
     p.add_argument("release", nargs="?", default="", metavar="RELEASE",
                    help="the release's version, as `llmgw mirror release list` shows it")
     p.add_argument("--back", action="store_true",
-                   help="send every node's agent back to the file it ran before its last upgrade (the control "
-                        "planes are put back by hand: docs/upgrades.md)")
+                   help="send everything back to the file it ran before its last upgrade, in the reverse order: "
+                        "every node's agent, then the standby control planes, then the leader (handing its lease to "
+                        "a standby that went back); refused, nothing moved, when a control plane has no file to go "
+                        "back to")
     p.add_argument("--by", choices=("node", "rack"), default="node",
                    help="node: one node at a time (default); rack: every node of one llmgw.io/rack label at once")
     p.add_argument("--rollback", action="store_true",

@@ -76,7 +76,8 @@ async def members(store) -> list[Member]:
 
 
 async def ask_plane(store, slug: str, **ask: Any) -> str:
-    """Ask control plane `slug` (kind `upgrade`: release, back, mirror; kind `lead`: take the lease); its id."""
+    """Ask control plane `slug` (kind `upgrade`: release, back, mirror, and `check`: only say what going back would
+    run; kind `lead`: take the lease); its id."""
     ask_id = secrets.token_hex(6)
     await store.set_setting(ASK_PREFIX + slug, {"ask": ask_id, **ask}, actor=ACTOR)
     return ask_id
@@ -106,7 +107,9 @@ class UpgradeRecord:
     started: float
     ask: dict[str, Any]  #: UpgradeAsk's fields
     mirror: str
-    phase: str = "planes"  #: planes, leader-back (the leader replaced itself; wait for it), agents
+    #: planes, leader-back (the leader replaced itself; wait for it), agents; going back: check, agents, planes,
+    #: leader-back
+    phase: str = "planes"
     state: str = "running"
     ended: float | None = None
     steps: list[dict[str, Any]] = attrs.Factory(list)  #: [{"at", "text"}]
@@ -119,6 +122,7 @@ class UpgradeRecord:
     handed_to_address: str = ""
     handed_at: float = 0.0  #: wall-clock time it gave the lease up
     leader_before: str = ""  #: the version that leader ran
+    leader_to: str = ""  #: the version it starts again on (the release; going back, what its file before is)
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -182,6 +186,14 @@ class PlaneWatcher:
         up = self.upgrades
         back = bool(ask.get("back"))
         release = str(ask.get("release") or "")
+        if back and ask.get("check"):  # going back is coming: say what to, change nothing
+            try:
+                version = up.back_to()
+            except UpgradeRefused as exc:
+                await self._answer(ask, ok=False, cannot=isinstance(exc, CannotReplaceItself), error=f"{exc}")
+                return
+            await self._answer(ask, ok=True, version=version, checked=True)
+            return
         logs.event(log, "asked by the leader to replace this control plane's program", job=ask.get("job", ""),
                    release=release or "the file before")
         try:

@@ -32,9 +32,18 @@ checkout), or was not started by `llmgw server`, cannot replace itself:
 the job says so and passes it over. The first failure stops the job in
 words (which node or control plane, why, which are done and which were not
 tried); with `rollback` the ones done are sent back to the file they ran
-before. `back` sends every node's agent back (each swaps its program with
-the file kept from before its last upgrade); the control planes are put
-back by hand after it (docs/upgrades.md).
+before.
+
+`back` goes the other way, in the reverse order: every control plane is
+first asked whether it has a file to go back to (one without refuses the
+job in words, before anything moves); then every node's agent goes back
+(each swaps its program with the file kept from before its last upgrade),
+so no agent ever runs newer than its control planes; then the standbys,
+one at a time, by the same ask through the store; then the leader, which
+hands its lease to a standby that went back and starts again; the new
+leader waits for it back and ends the job. Agents and control planes go
+back by the one code path `llmgw self-upgrade --back` uses
+(self_upgrade.upgrade_self with `back`).
 """
 
 from __future__ import annotations
@@ -49,7 +58,8 @@ import aiohttp
 import attrs
 
 from llmgw import __version__
-from llmgw.agent.self_upgrade import CannotReplaceItself, Replaced, UpgradeRefused, running_program, upgrade_self
+from llmgw.agent.self_upgrade import (CannotReplaceItself, Replaced, UpgradeRefused, previous_version,
+                                      running_program, upgrade_self)
 from llmgw.control.job_driver import JobStopped
 from llmgw.control.jobs import Job, JobStep
 from llmgw.control.plane_upgrade import (ACTOR, JOB_SETTING, WATCH, Member, PlaneWatcher, UpgradeRecord, answer_to,
@@ -225,6 +235,14 @@ class ClusterUpgrades:
             raise UpgradeRefused(f"server.yaml releases: {exc}") from None
         return await upgrade_self(program, version=release, back=back, mirror=mirror, trust=trust)
 
+    def back_to(self) -> str:
+        """The version going back would run this control plane on (its program's .previous file); UpgradeRefused
+        (CannotReplaceItself) naming why it cannot go back. Nothing is changed."""
+        if self.restart is None:
+            raise CannotReplaceItself("this control plane was not started by `llmgw server`, so it cannot start "
+                                      "itself again")
+        return previous_version(self.program())
+
     def _trust(self):
         from llmgw.release.trust import trust_from
 
@@ -260,7 +278,7 @@ class ClusterUpgrades:
                                first=f"{actor} asked to upgrade the cluster {what}, one {ask.by} at a time")
         job.driven = True
         self._record = UpgradeRecord(id=job.id, model=job.model, by=actor, started=job.started,
-                                     ask=attrs.asdict(ask), mirror=mirror, phase="agents" if ask.back else "planes",
+                                     ask=attrs.asdict(ask), mirror=mirror, phase="check" if ask.back else "planes",
                                      nodes=sorted(plane.endpoint.sessions))
         self._job = job
         if not ask.back:
@@ -395,6 +413,9 @@ class ClusterUpgrades:
     async def _run(self, job: Job, ask: UpgradeAsk, mirror: str) -> None:
         record = self._record
         assert record is not None
+        if ask.back:
+            await self._run_back(job, ask, record)
+            return
         if record.phase == "planes":
             await self._standbys(job, ask, mirror, record)
             record.phase = "leader"
@@ -406,6 +427,70 @@ class ClusterUpgrades:
             record.phase = "agents"
         await self._agents(job, ask, mirror, record)
 
+    async def _run_back(self, job: Job, ask: UpgradeAsk, record: UpgradeRecord) -> None:
+        """Going back, the reverse of the upgrade: every control plane checked, then the agents, then the standbys,
+        then the leader handing its lease to one that went back (the next leader ends the job)."""
+        if record.phase == "check":
+            await self._back_check(job)
+            record.phase = "agents"
+        if record.phase == "agents":
+            await self._agents(job, ask, "", record)
+            record.phase = "planes"
+        if record.phase == "planes":
+            await self._standbys(job, ask, "", record)
+            record.phase = "leader"
+        if record.phase == "leader":
+            await self._leader_itself(job, ask, "", record)
+            record.phase = "ended"
+        if record.phase == "leader-back":
+            await self._leader_back(job, ask, record)
+        planes = sorted({m.version or "?" for m in await members(self.plane.store)})
+        nodes = sorted(set(record.nodes) | set(self.plane.endpoint.sessions))
+        versions = sorted({self._version(n) or "?" for n in nodes})
+        agents = f"; the agents run llmgw {', '.join(versions)}" if nodes else ""
+        self.plane.jobs.end(job, "done", f"{len(record.done)} node(s) and the control planes went back; the control "
+                                         f"planes run llmgw {', '.join(planes)}{agents}")
+
+    async def _back_check(self, job: Job) -> None:
+        """Ask every control plane what it would go back to, before anything moves: one with no file to go back
+        to stops the job here, nothing changed."""
+        store = self.plane.store
+        said: list[str] = []
+        missing: list[str] = []
+        for m in await members(store):
+            if m.same(self._me()):
+                try:
+                    said.append(f"{m.holder} (the leader): back to llmgw {self.back_to()}")
+                except CannotReplaceItself as exc:
+                    said.append(f"{m.holder} (the leader): {exc}: will be passed over")
+                except UpgradeRefused as exc:
+                    missing.append(f"{m.holder} (the leader): {exc}")
+                continue
+            ask_id = await ask_plane(store, m.slug, kind="upgrade", job=job.id, back=True, check=True)
+            answer = None
+            try:
+                deadline = time.monotonic() + 30.0
+                while answer is None and time.monotonic() < deadline:
+                    answer = await answer_to(store, m.slug, ask_id)
+                    if answer is None:
+                        await asyncio.sleep(POLL)
+            finally:
+                await clear_ask(store, m.slug)
+            if answer is None:
+                missing.append(f"{m.holder} (standby): did not answer within 30 s whether it can go back (its log "
+                               "says why: `journalctl -u llmgw-server` on its machine)")
+            elif answer.get("ok"):
+                said.append(f"{m.holder} (standby): back to llmgw {answer.get('version') or '?'}")
+            elif answer.get("cannot"):
+                said.append(f"{m.holder} (standby): {answer.get('error')}: will be passed over")
+            else:
+                missing.append(f"{m.holder} (standby): {answer.get('error') or 'it did not say why'}")
+        if missing:
+            raise JobStopped(f"{'; '.join(missing)}; nothing was sent back (no agent, no control plane): put the "
+                             "file it ran before back on it by hand (docs/upgrades.md), or upgrade forward instead")
+        await self._step(job, "control planes checked: " + "; ".join(said) + "; the agents go back first, then the "
+                              "standbys, then this leader hands its lease to one that went back")
+
     # ---------------------------------------------------------------- the control planes
 
     def _me(self) -> Member:
@@ -415,11 +500,16 @@ class ClusterUpgrades:
         me = self.plane.holder
         planes = await members(self.plane.store)
         standbys = [m for m in planes if not m.same(self._me())]
-        await self._step(job, f"control planes: this leader ({me}) runs llmgw {self.version}; "
-                              f"{len(standbys)} standby{'s' if len(standbys) != 1 else ''} first, then this leader "
-                              "hands its lease over and is replaced last")
+        if ask.back:
+            await self._step(job, f"control planes: {len(standbys)} standby{'s' if len(standbys) != 1 else ''} go "
+                                  f"back first, then this leader ({me}, llmgw {self.version}) hands its lease to one "
+                                  "that went back and goes back last")
+        else:
+            await self._step(job, f"control planes: this leader ({me}) runs llmgw {self.version}; "
+                                  f"{len(standbys)} standby{'s' if len(standbys) != 1 else ''} first, then this "
+                                  "leader hands its lease over and is replaced last")
         for m in standbys:
-            if m.version == ask.release:
+            if not ask.back and m.version == ask.release:
                 await self._step(job, f"{m.holder} (standby): already runs llmgw {ask.release}")
                 continue
             ok, why, cannot, replaced = await self._plane_one(job, m, ask, mirror, ask.release)
@@ -427,10 +517,15 @@ class ClusterUpgrades:
                 record.planes_done.append([m.holder, m.version])
                 continue
             if cannot:
-                await self._step(job, f"{m.holder} (standby): {why}: passed over; upgrade it yourself "
-                                      "(`llmgw self-upgrade`, docs/upgrades.md)")
+                yourself = "send it back yourself (`llmgw self-upgrade --back`" if ask.back else \
+                    "upgrade it yourself (`llmgw self-upgrade`"
+                await self._step(job, f"{m.holder} (standby): {why}: passed over; {yourself}, docs/upgrades.md)")
                 continue
             done = [h for h, _ in record.planes_done] + ([m.holder] if replaced else [])
+            if ask.back:
+                went = ", ".join(done) or "none"
+                raise JobStopped(f"control plane {m.holder}: {why}; stopped there: the agents went back, this "
+                                 f"leader did not; standbys gone back: {went}")
             untried = [s.holder for s in standbys if s.holder not in done and s.holder != m.holder]
             rest = f"; not tried: {', '.join(untried)}" if untried else ""
             if ask.rollback and done:
@@ -462,6 +557,8 @@ class ClusterUpgrades:
                 answer = await answer_to(store, m.slug, ask_id)
                 if answer is not None and not answer.get("ok"):
                     return False, str(answer.get("error") or "it did not say why"), bool(answer.get("cannot")), False
+                if answer is not None and ask.back and not want:  # back: to the version its file before is
+                    want = str(answer.get("version") or "")
                 replaced = replaced or answer is not None
                 now = next((p.version for p in await members(store) if p.same(m)), None)
                 if replaced and now is not None and (now == want or not want):
@@ -489,16 +586,20 @@ class ClusterUpgrades:
 
     async def _leader_itself(self, job: Job, ask: UpgradeAsk, mirror: str, record: UpgradeRecord) -> None:
         me = self.plane.holder
-        if self.version == ask.release:
+        if not ask.back and self.version == ask.release:
             await self._step(job, f"{me} (the leader): already runs llmgw {ask.release}")
             return
         try:
-            done = await self.replace_self(release=ask.release, back=False, mirror=mirror)
+            done = await self.replace_self(release=ask.release, back=ask.back, mirror=mirror)
         except CannotReplaceItself as exc:
-            await self._step(job, f"{me} (the leader): {exc}: not replaced; upgrade it yourself "
-                                  "(`llmgw self-upgrade`, docs/upgrades.md)")
+            yourself = "send it back yourself (`llmgw self-upgrade --back`" if ask.back else \
+                "upgrade it yourself (`llmgw self-upgrade`"
+            await self._step(job, f"{me} (the leader): {exc}: not replaced; {yourself}, docs/upgrades.md)")
             return
         except UpgradeRefused as exc:
+            if ask.back:
+                raise JobStopped(f"the leader {me}: {exc}; stopped there: the agents and standbys went back, this "
+                                 "leader did not") from None
             upgraded = ", ".join(h for h, _ in record.planes_done)
             if ask.rollback and record.planes_done:
                 await self._planes_back(job, record.planes_done, ask.timeout)
@@ -506,52 +607,61 @@ class ClusterUpgrades:
                                  f"upgraded ({upgraded}) were sent back to the file they ran before") from None
             raise JobStopped(f"the leader {me}: {exc}; stopped there, before any agent; upgraded: "
                              f"{upgraded or 'none'}") from None
-        upgraded = [m for m in await members(self.plane.store) if not m.same(self._me()) and m.version == ask.release]
+        target = done.version  # the release, or (back) what the file before is
+        upgraded = [m for m in await members(self.plane.store) if not m.same(self._me()) and m.version == target]
         record.phase, record.handed_from, record.leader_before = "leader-back", me, self.version
+        record.leader_to = target
         record.handed_from_address = self.plane.advertise
         record.handed_to = upgraded[0].holder if upgraded else ""
         record.handed_to_address = upgraded[0].address if upgraded else ""
-        await self._step(job, f"{me} (the leader): llmgw {done.version} is in place (the file before kept as "
-                              f"{done.previous.name})")
+        kept = "the upgrade kept as" if ask.back else "the file before kept as"
+        await self._step(job, f"{me} (the leader): llmgw {done.version} is in place ({kept} {done.previous.name})")
         if upgraded:
-            await self._step(job, f"{me}: hands its lease to {record.handed_to} (upgraded), which carries the job "
-                                  f"on; {me} then starts again on llmgw {ask.release}")
+            await self._step(job, f"{me}: hands its lease to {record.handed_to} "
+                                  f"({'went back' if ask.back else 'upgraded'}), which carries the job on; {me} then "
+                                  f"starts again on llmgw {target}")
             await ask_plane(self.plane.store, upgraded[0].slug, kind="lead", job=job.id)
         else:
-            await self._step(job, f"{me}: the only control plane: it starts again on llmgw {ask.release} and carries "
-                                  "the job on once it leads again (the agents reconnect meanwhile)")
+            await self._step(job, f"{me}: no standby runs llmgw {target}: it gives its lease up, starts again on "
+                                  f"llmgw {target} and whichever control plane leads next carries the job on (the "
+                                  "agents reconnect meanwhile)")
         record.handed_at = time.time()
         await self._save(job)
         await self.plane.leadership.stop(release=True)  # given up, so the standby leads at once (not on expiry)
         assert self.restart is not None
-        self.restart(f"upgrade to llmgw {done.version}")
+        self.restart(f"{'back to' if ask.back else 'upgrade to'} llmgw {done.version}")
         raise HandedOver()
 
     async def _leader_back(self, job: Job, ask: UpgradeAsk, record: UpgradeRecord) -> None:
         """The leader before replaced itself: wait for it back on the release (as a standby, or leading again)."""
         before = record.handed_from
+        want = record.leader_to or ask.release
         gone = Member(before, member_slug(before), "", record.handed_from_address)
         if gone.same(self._me()):
-            if self.version != ask.release:
-                raise JobStopped(f"{before} started again on llmgw {self.version}, not {ask.release} (its program "
+            if self.version != want:
+                raise JobStopped(f"{before} started again on llmgw {self.version}, not {want} (its program "
                                  "was put back or replaced meanwhile)")
             return
+        done = "the agents and standbys went back" if ask.back else "no agent was upgraded"
         started = time.monotonic()
         while True:
             now = next((p.version for p in await members(self.plane.store) if p.same(gone)), None)
-            if now == ask.release:
+            if now == want:
                 await self._step(job, f"{before}: back as a standby with llmgw {now} (was {record.leader_before})")
                 return
             if time.monotonic() - started > ask.timeout:
                 raise JobStopped(f"control plane {before}: replaced its file and gave its lease up, but was not back "
                                  f"within {ask.timeout:g} s (its log says why: `journalctl -u llmgw-server` on its "
-                                 "machine); no agent was upgraded")
+                                 f"machine); {done}")
             await asyncio.sleep(POLL)
 
     # ---------------------------------------------------------------- the agents
 
     async def _agents(self, job: Job, ask: UpgradeAsk, mirror: str, record: UpgradeRecord) -> None:
         nodes = sorted(set(record.nodes) | set(self.plane.endpoint.sessions))
+        if not nodes and ask.back:
+            await self._step(job, "no node's agent is connected: no agent to send back")
+            return
         if not nodes:
             if record.planes_done or record.handed_from:
                 self.plane.jobs.end(job, "done", "the control planes upgraded; no node's agent is connected")
@@ -585,8 +695,12 @@ class ClusterUpgrades:
                     await self._roll_back(job, done, ask)
                     raise JobStopped(f"{words}; stopped there; the nodes upgraded before ({upgraded}) were sent "
                                      f"back to the file they ran before{rest}")
-                hint = "; go back with `llmgw ctl upgrade --back`" if done and not ask.back else ""
+                if ask.back:
+                    raise JobStopped(f"{words}; stopped there, before any control plane; went back: {upgraded}{rest}")
+                hint = "; go back with `llmgw ctl upgrade --back`" if done else ""
                 raise JobStopped(f"{words}; stopped there; upgraded: {upgraded}{rest}{hint}")
+        if ask.back:
+            return  # the control planes go back next
         versions = sorted({self._version(n) or "?" for n in todo})
         planes = ""
         if not ask.back and (record.planes_done or record.handed_from):

@@ -12,7 +12,7 @@ from aiohttp import web
 from test_upgrade_job import NEW, OLD, ScriptedAgent
 from upgrade_helpers import free_port, make_key, release_folder, tiny_zipapp
 
-from llmgw.agent.self_upgrade import zipapp_version
+from llmgw.agent.self_upgrade import PREVIOUS_SUFFIX, zipapp_version
 from llmgw.config.load import parse_server_config
 from llmgw.control.service import ControlPlane
 from llmgw.mirror.layout import Layout
@@ -97,12 +97,20 @@ async def planes(tmp_path):
     await runner.cleanup()
 
 
-async def two_planes_and_an_agent(cluster: Planes, agents: list) -> ControlPlane:
+async def two_planes_and_an_agent(cluster: Planes, agents: list, upgraded: bool = False) -> ControlPlane:
+    """cp-1 leading, cp-2 its standby, node-a; `upgraded`: all three on NEW, each with OLD as the file before."""
+    if upgraded:
+        for name, program in cluster.programs.items():
+            tiny_zipapp(program, NEW)
+            tiny_zipapp(program.with_name(program.name + PREVIOUS_SUFFIX), OLD)
     leader = await cluster.start("cp-1")
     assert await leader.leadership.wait_leading(3)
     standby = await cluster.start("cp-2")
     assert not standby.leading
-    agents.append(ScriptedAgent(cluster.urls, "node-a"))
+    agent = ScriptedAgent(cluster.urls, "node-a")
+    if upgraded:
+        agent.version, agent.before = NEW, OLD
+    agents.append(agent)
     for _ in range(200):
         if "node-a" in leader.endpoint.sessions:
             break
@@ -194,3 +202,49 @@ async def test_a_control_plane_that_cannot_replace_itself_is_passed_over_in_word
     assert ("cp-1 (the leader): this control plane was not started by `llmgw server`, so it cannot start itself "
             "again: not replaced; upgrade it yourself (`llmgw self-upgrade`, docs/upgrades.md)") in steps
     assert agents[0].version == NEW
+
+
+async def test_back_goes_agents_then_standby_then_leader_handing_its_lease_over_the_new_leader_ending_it(planes):
+    cluster, agents = planes
+    leader = await two_planes_and_an_agent(cluster, agents, upgraded=True)
+    job = await leader.upgrades.start({"back": True}, actor="ann")
+    plane, ended = await job_ended(cluster, job.id)
+    steps = [s.text for s in ended.steps]
+    assert ended.state == "done", steps
+    assert plane.holder == "cp-2" and ended.id == job.id
+    assert steps[0] == "ann asked to upgrade the cluster back to the file before, one node at a time"
+    checked = steps.index("control planes checked: cp-1 (the leader): back to llmgw 1.0.0; cp-2 (standby): back to "
+                          "llmgw 1.0.0; the agents go back first, then the standbys, then this leader hands its "
+                          "lease to one that went back")
+    node = next(i for i, s in enumerate(steps) if s.startswith("node-a: back with llmgw 1.0.0 (was 1.1.0)"))
+    standby_asked = steps.index("cp-2 (standby, llmgw 1.1.0): asked to go back to the file before")
+    standby_back = next(i for i, s in enumerate(steps) if s.startswith("cp-2: back as a standby with llmgw 1.0.0"))
+    handing = next(i for i, s in enumerate(steps) if s.startswith("cp-1: hands its lease to cp-2 (went back)"))
+    took = next(i for i, s in enumerate(steps) if s.startswith("cp-2 leads now: cp-1 handed its lease over (taken"))
+    leader_back = steps.index("cp-1: back as a standby with llmgw 1.0.0 (was 1.1.0)")
+    assert checked < node < standby_asked < standby_back < handing < took < leader_back, steps
+    assert steps[-1] == ("done: 1 node(s) and the control planes went back; the control planes run llmgw 1.0.0; "
+                         "the agents run llmgw 1.0.0")
+    assert float(steps[took].split("(taken ")[1].split(" s")[0]) < 2.0  # handed over, not lapsed (6 s TTL)
+    assert [zipapp_version(cluster.programs[n]) for n in ("cp-1", "cp-2")] == [OLD, OLD]
+    # the upgrade is kept as the file before, to go forward again (as `llmgw self-upgrade --back` leaves it)
+    assert [zipapp_version(p.with_name(p.name + PREVIOUS_SUFFIX)) for p in cluster.programs.values()] == [NEW, NEW]
+    assert all(p.upgrades.version == OLD for p in cluster.planes.values())
+    assert agents[0].version == OLD and [a.back for a in agents[0].asked] == [True]
+    assert cluster.planes["cp-2"].leading and not cluster.planes["cp-1"].leading
+
+
+async def test_back_with_a_control_plane_that_has_no_file_before_refuses_in_words_and_nothing_moves(planes):
+    cluster, agents = planes
+    leader = await two_planes_and_an_agent(cluster, agents, upgraded=True)
+    program = cluster.programs["cp-2"]
+    program.with_name(program.name + PREVIOUS_SUFFIX).unlink()  # cp-2 was put in place by hand, not upgraded
+    job = await leader.upgrades.start({"back": True}, actor="ann")
+    plane, ended = await job_ended(cluster, job.id)
+    assert plane is leader and ended.state == "failed"
+    assert ended.steps[-1].text == (
+        f"failed: cp-2 (standby): there is no llmgw.pyz.previous beside {program}: this machine's llmgw was not "
+        "upgraded by llmgw, so there is nothing to go back to; nothing was sent back (no agent, no control plane): "
+        "put the file it ran before back on it by hand (docs/upgrades.md), or upgrade forward instead")
+    assert [zipapp_version(cluster.programs[n]) for n in ("cp-1", "cp-2")] == [NEW, NEW]
+    assert leader.leading and agents[0].asked == [] and agents[0].version == NEW
