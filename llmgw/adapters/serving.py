@@ -3,8 +3,11 @@
 For every adapter a ready replica of BASE holds, the router's replica set
 gets one more replica, of the model BASE:NAME, at the same engine: so a
 request for `qwen:sql` (or `small:sql`, or `sql`) is routed only to replicas
-that hold `sql`, queued and limited by the model's concurrency as its base
-is, and its usage rows and metrics name `qwen:sql`, apart from the base's.
+that hold `sql`, and its usage rows and metrics name `qwen:sql`, apart from
+the base's. The base's replica and its adapters' replicas share one room
+(llmgw.router.replicas.SharedRoom): the engine is sent at most the model's
+concurrency from all of them together, and a request for one waits (in its
+own model's queue) while the others fill it.
 It goes when its base replica goes, or when the adapter is unloaded.
 
 How the engine is asked for the adapter depends on the engine:
@@ -54,7 +57,7 @@ def adapter_replica(base: Replica, model: Any, adapter: str, engine: str) -> Rep
         id=adapter_replica_id(base.id, adapter), model=full_name(base.model, adapter), base_url=base.base_url,
         engine_model=engine_model, api_key=base.api_key, api=base.api, max_concurrency=base.max_concurrency,
         labels=dict(base.labels), metrics_url=None, source=base.source, extra_headers=dict(base.extra_headers),
-        body_fields=fields,
+        body_fields=fields, shares_with=base.id,  # shared room: the engine's concurrency, with its base's
     )
 
 

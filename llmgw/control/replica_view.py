@@ -442,6 +442,7 @@ class ReplicaView:
                 api=e.get("api") or "openai",
                 max_concurrency=concurrency, labels=labels, metrics_url=e.get("metrics_url"), source="view",
                 body_fields=dict(e.get("body_fields") or {}),
+                shares_with=base_id_of(rid) if base_id_of(rid) != rid else "",  # shared room: an adapter's, its base's
             ))
 
     def _error(self, message: str) -> None:

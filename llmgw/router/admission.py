@@ -236,7 +236,8 @@ class Admission:
             return
         grant.released = True
         grant.replica.in_flight = max(0, grant.replica.in_flight - 1)
-        self.pump(grant.replica.model)
+        for model in grant.replica.sharing_models():  # shared room: a base's waiters may take its adapters' room
+            self.pump(model)
 
     def pump(self, model: str) -> None:
         """Hand free room to waiters, by band weight, while there is some."""

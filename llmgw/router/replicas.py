@@ -75,6 +75,17 @@ concurrency_share: Callable[[int], int] | None = None
 
 
 @attrs.define(eq=False, slots=True)
+class SharedRoom:
+    """Replicas at one engine that take its concurrency together (a base and its adapters' replicas,
+    llmgw.adapters.serving): the engine gets no more than its concurrency from all of them at once."""
+
+    members: list[Replica] = attrs.Factory(list)
+
+    def in_flight(self) -> int:
+        return sum(m.in_flight for m in self.members)
+
+
+@attrs.define(eq=False, slots=True)
 class Replica:
     """One engine serving one model, as the router sees it."""
 
@@ -94,7 +105,12 @@ class Replica:
     extra_headers: dict[str, str] = attrs.Factory(dict)
     #: adapters: fields laid over every request's JSON body (llama.cpp's `lora`; llmgw.adapters.serving)
     body_fields: dict[str, Any] = attrs.Factory(dict)
+    #: shared room: the id of the replica at the same engine whose concurrency this one takes its part of
+    #: (an adapter's replica: its base's); empty: its own
+    shares_with: str = ""
     # -- live state, kept by the router
+    #: shared room: the replicas at its engine counted together (ReplicaSet links them); None: alone
+    room: SharedRoom | None = attrs.field(default=None, repr=False)
     in_flight: int = 0
     health: Health = attrs.Factory(Health)
     load: EngineLoad = attrs.Factory(EngineLoad)
@@ -113,14 +129,23 @@ class Replica:
     def usable(self, now: float | None = None) -> bool:
         return self.health.usable(time.monotonic() if now is None else now)
 
+    def engine_in_flight(self) -> int:
+        """Requests this gateway has at the replica's engine: its own, and those of the replicas sharing it."""
+        return self.in_flight if self.room is None else self.room.in_flight()  # shared room
+
+    def sharing_models(self) -> list[str]:
+        """The models whose requests take this replica's room: its own, and those sharing its engine."""
+        return [self.model] if self.room is None else list(dict.fromkeys(m.model for m in self.room.members))
+
     def has_room(self) -> bool:
         share = concurrency_share  # workers: this process's part of the replica's concurrency
-        return self.in_flight < (self.max_concurrency if share is None else share(self.max_concurrency))
+        limit = self.max_concurrency if share is None else share(self.max_concurrency)
+        return self.engine_in_flight() < limit  # shared room: a base and its adapters' replicas together
 
     def outstanding(self, now: float, stale_after: float) -> float:
-        """Requests ahead of a new one here: ours in flight plus the engine's own queue."""
+        """Requests ahead of a new one here: ours in flight at its engine plus the engine's own queue."""
         waiting = self.load.waiting if self.load.at and now - self.load.at <= stale_after else 0.0
-        return self.in_flight + waiting
+        return self.engine_in_flight() + waiting  # shared room
 
     # -- health ---------------------------------------------------------
 
@@ -215,6 +240,7 @@ class ReplicaSet:
                                source=replica.source)  # a copied replica adopted: the reconciler's now
         self._by_id[replica.id] = replica
         self._by_model.setdefault(replica.model, []).append(replica)
+        self._share_room(replica)
         self._notify(ReplicaChange("added", replica))
         return replica
 
@@ -240,8 +266,26 @@ class ReplicaSet:
             peers.remove(replica)
         if not peers:
             self._by_model.pop(replica.model, None)
+        if replica.room is not None and replica.shares_with:  # shared room: its part leaves with it
+            replica.room.members.remove(replica)
+            replica.room = None
         self._notify(ReplicaChange("removed", replica))
         return replica
+
+    def _share_room(self, replica: Replica) -> None:
+        """shared room: a replica sharing another's engine (an adapter's, its base's) counts with it."""
+        sharing = [replica] if replica.shares_with else []
+        if not replica.shares_with:  # a base added after those sharing it (not the usual order)
+            sharing = [r for r in self._by_id.values() if r.shares_with == replica.id and r.room is None]
+        for member in sharing:
+            owner = self._by_id.get(member.shares_with)
+            if owner is None:
+                continue
+            if owner.room is None:
+                owner.room = SharedRoom([owner])
+            if member not in owner.room.members:
+                owner.room.members.append(member)
+            member.room = owner.room
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call `listener` after every change; returns what unsubscribes it."""

@@ -55,7 +55,8 @@ USE_FD_ENV = "LLMGW_WORKER_USE_FD"
 FEED_EVERY_S = 0.5
 #: A worker that exits is started again after this long (seconds), longer if it keeps exiting at once.
 RESTART_AFTER_S = 0.5
-_LIVE_STATE = frozenset({"in_flight", "health", "load", "last_chosen", "served"})
+# room: each process links its own replicas into a shared room (from shares_with)
+_LIVE_STATE = frozenset({"in_flight", "health", "load", "last_chosen", "served", "room"})
 
 
 def worker_index() -> int:
