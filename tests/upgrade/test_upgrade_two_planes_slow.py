@@ -233,6 +233,27 @@ def test_one_ctl_upgrade_moves_both_control_planes_and_both_agents_under_load(tm
               f"{load.failed[:10]}")
         assert load.ok > 0 and load.other > 0
         assert len(load.failed) <= 3, load.failed
+
+        # and back, in the reverse order: the agents, then the standby (a), then the leader (b) handing its lease
+        # to a, which ends the job
+        try:
+            back = ctl("upgrade", "--back", *admin("b"), timeout=300)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"ctl upgrade --back did not end:\n{exc.stdout}\n{exc.stderr}\n{said()}") from None
+        steps = [line.strip() for line in back.stdout.splitlines()]
+        assert sum(f"back with llmgw {base} (was {nxt})" in s and "1 engine kept, same pids" in s
+                   for s in steps) == 2, back.stdout + said()
+        assert any(f"back as a standby with llmgw {base} (was {nxt})" in s for s in steps), back.stdout
+        assert any("handed its lease over (taken" in s for s in steps), back.stdout
+        assert steps[-1].endswith(f"done: 2 node(s) and the control planes went back; the control planes run llmgw "
+                                  f"{base}; the agents run llmgw {base}"), back.stdout
+        wait_until(lambda: version("a") == base and version("b") == base, 60, "both control planes back")
+        assert leads("a") and standby("b")
+        assert {n: d["agent_version"] for n, d in nodes("a").items()} == {"node-1": base, "node-2": base}
+        assert all(zipapp_version(p) == base for p in programs.values())
+        for node, agent in agents.items():
+            assert agent.poll() is None and children(agent.pid) == engines[node], node
+        print(back.stdout)
     finally:
         keep = os.environ.get("LLMGW_TEST_KEEP_LOGS")  # a folder to copy the processes' logs to, to read after
         if keep:
