@@ -8,16 +8,15 @@ host or, for every interface, this machine's name.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
+
+from llmgw.hostnames import is_host
 
 __all__ = ["ADVERTISE_ENV", "advertise_problem", "configured_advertise", "problems"]
 
 ADVERTISE_ENV = "LLMGW_AGENT_ADVERTISE"
-_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
 
 def advertise_problem(value: str) -> str | None:
@@ -31,13 +30,7 @@ def advertise_problem(value: str) -> str | None:
     if host in ("", "0.0.0.0", "::"):
         return (f"{value!r} names no host; give the name or address agents and the other control planes dial, "
                 "like cp1.example.com:7443")
-    try:
-        ipaddress.ip_address(host)
-        return None
-    except ValueError:
-        pass
-    labels = host.rstrip(".").split(".")
-    if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+    if not is_host(host):
         return f"{host!r} is neither an IP address nor a DNS name; give one agents dial, like cp1.example.com:7443"
     return None
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import attrs
 
+from llmgw.hostnames import is_host, url_host
 from llmgw.install import firewall
 from llmgw.install.configs import SIM_MODEL, ServerFile, agent_yaml, server_yaml
 from llmgw.install.layout import Layout
@@ -48,7 +49,6 @@ __all__ = ["InitError", "InitOptions", "Installer", "check_options", "default_ho
 
 SERVICE_USER = "llmgw"
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+|[^@\s]+@localhost")
-_DNS_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 Say = Callable[[str], None]
@@ -128,13 +128,7 @@ def _check_host(host: str) -> str | None:
     text = host.strip().strip("[]")
     if not text:
         return "--host: empty; give each name or address nodes reach this machine by"
-    try:
-        ipaddress.ip_address(text)
-        return None
-    except ValueError:
-        pass
-    labels = text.rstrip(".").split(".")
-    if len(text) > 253 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
+    if not is_host(text):
         return f"--host {host!r}: neither an IP address nor a DNS name; give one name or address per --host"
     return None
 
@@ -360,7 +354,7 @@ class Installer:
 
             _, files_port = split_address(self.opts.mirror_listen)
             _, api_port = split_address(self.opts.mirror_api_listen)
-            mirror_url = f"http://{_url_host(self.opts.hosts[0])}:{files_port}"
+            mirror_url = f"http://{url_host(self.opts.hosts[0])}:{files_port}"
             mirror_api = f"http://127.0.0.1:{api_port}"
         elif self.opts.mirror != "none":
             mirror_url = self.opts.mirror
@@ -745,8 +739,8 @@ class Installer:
         await self._wait(f"{base}/health", "the client API to answer")
         if self.opts.node and config.models:
             await self._wait(f"{base}/ready", f"the first model ({config.models[0].name}) to answer")
-        return {"client": f"http://{_url_host(self.opts.hosts[0])}:{client_port}/v1",
-                "admin": f"http://{'127.0.0.1' if not host or host in ('0.0.0.0', '::') else _url_host(host)}:{admin_port}"}
+        return {"client": f"http://{url_host(self.opts.hosts[0])}:{client_port}/v1",
+                "admin": f"http://{'127.0.0.1' if not host or host in ('0.0.0.0', '::') else url_host(host)}:{admin_port}"}
 
     async def _wait(self, url: str, what: str) -> None:
         import aiohttp
@@ -783,15 +777,6 @@ class Installer:
             tail = []
         return f"its log {path} ends:\n" + "\n".join(f"  {line}" for line in tail)
 
-
-def _url_host(host: str) -> str:
-    host = host.strip().strip("[]")
-    try:
-        if ipaddress.ip_address(host).version == 6:
-            return f"[{host}]"
-    except ValueError:
-        pass
-    return host
 
 
 def _python() -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 import attrs
 import yaml
 
+from llmgw.hostnames import url_host
 from llmgw.install.service import MARKER
 
 __all__ = ["PatroniError", "Member", "EtcdMember", "PatroniPlan", "parse_members", "parse_etcd", "plan",
@@ -243,14 +244,11 @@ def _password() -> str:
 
 
 def store_dsn(p: PatroniPlan, password: str) -> str:
-    hosts = ",".join(f"{_url_host(m.host)}:{m.pg_port}" for m in p.members)
+    hosts = ",".join(f"{url_host(m.host)}:{m.pg_port}" for m in p.members)
     query = urllib.parse.urlencode({"target_session_attrs": "read-write", "sslmode": "verify-full",
                                     "sslrootcert": p.client_ca}, safe="/")
     return f"postgresql://{STORE_USER}:{password}@{hosts}/{STORE_DATABASE}?{query}"
 
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 def _hba(p: PatroniPlan) -> list[str]:
@@ -276,8 +274,8 @@ def patroni_config(p: PatroniPlan, m: Member) -> dict:
         "namespace": "/llmgw/",
         "name": m.name,
         "restapi": {
-            "listen": f"{_url_host(m.host)}:{m.api_port}",
-            "connect_address": f"{_url_host(m.host)}:{m.api_port}",
+            "listen": f"{url_host(m.host)}:{m.api_port}",
+            "connect_address": f"{url_host(m.host)}:{m.api_port}",
             "certfile": f"{tls}/member.pem",
             "keyfile": f"{tls}/member-key.pem",
             "cafile": f"{tls}/ca.pem",
@@ -286,7 +284,7 @@ def patroni_config(p: PatroniPlan, m: Member) -> dict:
         },
         "ctl": {"certfile": f"{tls}/member.pem", "keyfile": f"{tls}/member-key.pem", "cacert": f"{tls}/ca.pem"},
         "etcd3": {
-            "hosts": [f"{_url_host(e.host)}:{e.client_port}" for e in p.etcd],
+            "hosts": [f"{url_host(e.host)}:{e.client_port}" for e in p.etcd],
             "protocol": "https",
             "cacert": f"{tls}/ca.pem",
             "cert": f"{tls}/member.pem",
@@ -317,7 +315,7 @@ def patroni_config(p: PatroniPlan, m: Member) -> dict:
         },
         "postgresql": {
             "listen": listen,
-            "connect_address": f"{_url_host(m.host)}:{m.pg_port}",
+            "connect_address": f"{url_host(m.host)}:{m.pg_port}",
             "data_dir": p.path(p.data_dir, m.name),
             "bin_dir": p.bin_dir,
             "pgpass": f"{conf}/pgpass",
@@ -343,8 +341,8 @@ def patroni_config(p: PatroniPlan, m: Member) -> dict:
 
 def etcd_env(p: PatroniPlan, e: EtcdMember, token: str) -> str:
     tls = f"{p.path(p.etcd_config_dir, e.name)}/tls"
-    cluster = ",".join(f"{x.name}=https://{_url_host(x.host)}:{x.peer_port}" for x in p.etcd)
-    host = _url_host(e.host)
+    cluster = ",".join(f"{x.name}=https://{url_host(x.host)}:{x.peer_port}" for x in p.etcd)
+    host = url_host(e.host)
     values = {
         "ETCD_NAME": e.name,
         "ETCD_DATA_DIR": p.path(p.etcd_data_dir, e.name),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import urllib.parse
@@ -10,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
+
+from llmgw.hostnames import is_host, url_host
 
 __all__ = ["KubeError", "KubeOptions", "check_options", "default_image", "read_dsn", "AGENT_SERVICE_TYPES",
            "CLIENT_SERVICE_TYPES", "STORES"]
@@ -23,7 +24,6 @@ NODE_PORTS = range(30000, 32768)  # Kubernetes' default --service-node-port-rang
 MAX_NAME = 40
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 _QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 
@@ -75,7 +75,7 @@ class KubeOptions:
 
     def agent_addresses(self) -> list[str]:
         """What agents outside dial, one per control plane and address: https://HOST:PORT."""
-        hosts = [_url_host(h) for h in self.agent_hosts]
+        hosts = [url_host(h) for h in self.agent_hosts]
         if self.agent_service == "LoadBalancer":
             return [f"https://{host}:{self.agent_port}" for host in hosts]
         return [f"https://{host}:{self.agent_node_port + i}" for i in range(self.replicas) for host in hosts]
@@ -83,7 +83,7 @@ class KubeOptions:
     def advertised(self) -> list[str]:
         """Each control plane's agent_advertise (HOST:PORT), in pod order: its own agent Service as agents outside
         reach it, which the leader sends every agent (with NodePort, through the first --agent-host)."""
-        hosts = [_url_host(h) for h in self.agent_hosts]
+        hosts = [url_host(h) for h in self.agent_hosts]
         if not hosts:
             return []
         if self.agent_service == "LoadBalancer":
@@ -104,25 +104,9 @@ class KubeOptions:
         return list(dict.fromkeys(hosts))
 
 
-def _url_host(host: str) -> str:
-    host = host.strip().strip("[]")
-    try:
-        if ipaddress.ip_address(host).version == 6:
-            return f"[{host}]"
-    except ValueError:
-        pass
-    return host
-
 
 def _host_problem(host: str) -> str | None:
-    text = host.strip().strip("[]")
-    try:
-        ipaddress.ip_address(text)
-        return None
-    except ValueError:
-        pass
-    labels = text.rstrip(".").split(".")
-    if not text or len(text) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+    if not is_host(host):
         return f"--agent-host {host!r}: neither an IP address nor a DNS name; give one address agents dial per --agent-host"
     return None
 
