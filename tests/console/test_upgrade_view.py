@@ -173,10 +173,11 @@ async def test_send_every_node_back_asks_then_follows_the_way_back(console, clus
     assert cluster.versions() == {"node-a": NEW, "node-b": NEW}
     await open_view(app, "Upgrade the cluster")
     await keys(app, "enter")
-    await choose(app, "Send every node back")
+    await choose(app, "Send the cluster back")
     question = said(screen(app, WIDE))
-    assert "Send every node back to the file it ran before its last upgrade?" in question
-    assert "One node at a time: node-a, node-b;" in question
+    assert "Send the cluster back to the files it ran before its last upgrade?" in question
+    assert "then one node at a time: node-a, node-b:" in question
+    assert "the leader last, handing its lease over" in question
     await keys(app, "y")
     text = await until_shown(app, "Done:")
     back = next(j for j in cluster.upgrade_jobs() if j["id"] != first["id"])

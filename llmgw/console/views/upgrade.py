@@ -81,7 +81,7 @@ class UpgradeView(TextView):
         for r in self._releases():
             label = f"Upgrade to {r['name']}" + ("" if r["verified"] else " (does not verify)")
             items.append((label, lambda name=r["name"]: self.choose(name)))
-        items.append(("Send every node back to the file before its last upgrade", self.go_back))
+        items.append(("Send the cluster back to the files before its last upgrade", self.go_back))
         self.app.menu("Upgrade the cluster", items,
                       note="A release that does not verify is refused by the leader, in its words.")
 
@@ -106,10 +106,12 @@ class UpgradeView(TextView):
 
     def go_back(self) -> None:
         nodes = [n["id"] for n in self.model.data("nodes", []) if n.get("state") not in ("disconnected", "lost")]
-        self.app.ask(["Send every node back to the file it ran before its last upgrade?",
-                      f"One node at a time: {', '.join(sorted(nodes)) or 'the connected nodes'};",
+        self.app.ask(["Send the cluster back to the files it ran before its last upgrade?",
+                      "Every control plane is checked first: one with no file from before stops it here;",
+                      f"then one node at a time: {', '.join(sorted(nodes)) or 'the connected nodes'}: "
                       "each agent swaps its program with the file kept from before and starts it, keeping its "
-                      "engines."],
+                      "engines;",
+                      "then each standby control plane, and the leader last, handing its lease over."],
                      lambda: self.app.run(self.actions.upgrade({"back": True}), self.started, busy="starting…"))
 
     def started(self, job: dict[str, Any]) -> None:
