@@ -10,11 +10,19 @@ holding fewest, when one holds fewer than N; else the adapter held longest
 unused (no request in flight) is unloaded there first; else the request is
 refused with a 503 that says so. A base with no replica running is started
 first, as an on-demand model is.
+
+An engine that restarted (or was told to unload) forgets the adapters
+loaded on demand while the router still lists them: its 404 for one
+(`reload_forgotten`, the router's Upstream.adapter_missing) marks the
+adapter not held there and loads it into that replica again, and the
+request is sent once more; a load that fails, or a second 404, takes the
+adapter off that replica and answers the 503.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -116,6 +124,40 @@ class AdapterLoader:
         serving.publish(rec_.replicas, rec_.replicas.get(rec.id), model, [adapter], rec.engine)
         logs.event(log, "adapter loaded", model=cm.name, adapter=adapter, replica_id=rec.id, node_id=rec.node)
 
+    async def reload(self, replica_id: str, adapter: str) -> None:
+        """The engine of `replica_id` answered 404 for `adapter`: marked not held there, then loaded there again.
+        AdapterUnavailable (the adapter taken off that replica) when that cannot be done."""
+        rec_ = self.reconciler
+        rec = rec_.records.get(replica_id)
+        path = next((a.path for a in rec.adapters if a.name == adapter), None) if rec is not None else None
+        if rec is None or path is None:
+            self.forget(replica_id, adapter)
+            raise AdapterUnavailable(f"replica {replica_id} does not hold adapter {adapter!r} any more, and it "
+                                     f"cannot be loaded there again; try again shortly")
+        lock = self._locks.setdefault(full_name(rec.model, adapter), asyncio.Lock())
+        async with asyncio.timeout(LOAD_TIMEOUT), lock:
+            self._mark(rec, adapter, loaded=False)
+            logs.event(log, "adapter forgotten by its engine", logging.WARNING, model=rec.model, adapter=adapter,
+                       replica_id=replica_id)
+            try:
+                await self._call(replica_id, "load_lora_adapter", {"lora_name": adapter, "lora_path": path})
+            except AdapterUnavailable:
+                self.forget(replica_id, adapter)
+                raise
+            self._mark(rec, adapter, loaded=True)
+        logs.event(log, "adapter loaded again", model=rec.model, adapter=adapter, replica_id=replica_id)
+
+    def forget(self, replica_id: str, adapter: str) -> None:
+        """The adapter is no longer at that replica: the router stops sending it requests for it."""
+        serving.withdraw(self.reconciler.replicas, replica_id, adapter)
+        rec = self.reconciler.records.get(replica_id)
+        if rec is not None:
+            self._mark(rec, adapter, loaded=False)
+
+    @staticmethod
+    def _mark(rec: Any, adapter: str, *, loaded: bool) -> None:
+        rec.adapters = tuple(attrs.evolve(a, loaded=loaded) if a.name == adapter else a for a in rec.adapters)
+
     async def _make_room(self, held: dict[str, list[str]], base: str, limit: int) -> str:
         """Unload the adapter unused longest with nothing in flight; AdapterUnavailable when every one is busy."""
         replicas = self.reconciler.replicas
@@ -153,4 +195,27 @@ class AdapterLoader:
         log.info("%s %s at %s in %.2f s", what, body["lora_name"], replica_id, time.monotonic() - started)
 
 
-__all__ = ["AdapterLoader", "AdapterUnavailable", "publish_held", "split", "start_fields"]
+def reload_forgotten(slot: Any):
+    """The router's Upstream.adapter_missing for the control plane in `slot` (llmgw.control.wiring)."""
+
+    async def missing(replica: Any, retried: bool) -> bool:
+        plane = slot.plane
+        base_id, _, adapter = replica.id.partition(serving.ID_SEPARATOR)
+        if plane is None or plane.reconciler is None or not plane.leading or replica.body_fields.get("lora"):
+            return False  # no control plane leads here (a standby: the leader's own router reloads it), llama.cpp
+        loader = plane._adapter_loader()
+        if retried:
+            loader.forget(base_id, adapter)
+            raise AdapterUnavailable(f"replica {base_id} answered 404 for adapter {adapter!r} even after loading "
+                                     f"it again; it is not sent requests for it any more; try again shortly")
+        try:
+            await loader.reload(base_id, adapter)
+        except TimeoutError:
+            raise AdapterUnavailable(f"adapter {adapter!r} was not loaded into replica {base_id} again within "
+                                     f"{LOAD_TIMEOUT:g}s; try again shortly") from None
+        return True
+
+    return missing
+
+
+__all__ = ["AdapterLoader", "AdapterUnavailable", "publish_held", "reload_forgotten", "split", "start_fields"]

@@ -46,6 +46,7 @@ def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: b
 
     `config_path` is the server.yaml `config` came from: the admin API edits it (/server-config) and the
     keys that apply without a restart are put into the running gateway."""
+    from llmgw.adapters import loading as adapters_loading
     from llmgw.router.gateway import GATEWAY
 
     from llmgw.notify.wiring import NOTIFIER
@@ -55,6 +56,7 @@ def attach_control_plane(app: web.Application, config: ServerConfig, *, admin: b
     slot = install_control_plane(app, config, app[GATEWAY].replicas, **options)
     slot.config_path = config_path  # ctl upgrade reads server.yaml's release keys relative to it
     app[GATEWAY].control = slot  # the router starts on-demand models through it
+    app[GATEWAY].upstream.adapter_missing = adapters_loading.reload_forgotten(slot)  # adapters: forgotten, reloaded
     app.cleanup_ctx.append(_router_follows_catalog)  # after the control plane's: it serves its whole catalog
     app.cleanup_ctx.append(_replica_view)  # active-active: a standby serves the leader's replicas too
     app[GATEWAY].metrics.bind(model_updates=lambda: slot.plane.updates.available() if slot.plane else ())

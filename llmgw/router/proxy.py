@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import attrs
@@ -79,6 +80,9 @@ class Upstream:
         self.timeouts = timeouts
         self.limit_per_host = limit_per_host
         self.session: aiohttp.ClientSession | None = None
+        #: adapters: what an engine's 404 for an adapter it was thought to hold calls (the control plane's
+        #: llmgw.adapters.loading.reload_forgotten): True when loaded again, and the request is sent once more
+        self.adapter_missing: Callable[[Replica, bool], Awaitable[bool]] | None = None
 
     async def start(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=self.limit_per_host,
@@ -100,7 +104,7 @@ class Upstream:
 
     async def open(self, replica: Replica, path: str, body: bytes, *, request_id: str, stream: bool,
                    deadline: float | None, content_type: str = "application/json",
-                   trace: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+                   trace: dict[str, str] | None = None, adapter_reloaded: bool = False) -> aiohttp.ClientResponse:
         """Send `body` to `replica` and wait for its answer's head.
 
         A stream's head must come within `first_byte`; an answer that is not
@@ -109,6 +113,7 @@ class Upstream:
         context (traceparent) of the attempt's span, when the request is traced.
         """
         assert self.session is not None, "Upstream.start() first"
+        asked = body  # adapters: sent once more as it came, when the engine had forgotten the adapter
         anthropic = replica.api == "anthropic"  # an Anthropic-shaped provider: llmgw.router.anthropic_upstream
         if anthropic:
             body, path = anthropic_upstream.request(body, path)
@@ -160,6 +165,11 @@ class Upstream:
             raise UpstreamFailure(502, "upstream_busy" if busy else "upstream_error",
                                   f"replica {replica.id} answered {resp.status}{detail}",
                                   retryable=True, counts=not busy)
+        if resp.status == 404 and replica.shares_with and self.adapter_missing is not None \
+                and await self.adapter_missing(replica, adapter_reloaded):  # adapters: the engine forgot it
+            resp.release()
+            return await self.open(replica, path, asked, request_id=request_id, stream=stream, deadline=deadline,
+                                   content_type=content_type, trace=trace, adapter_reloaded=True)
         return anthropic_upstream.wrap(resp, stream) if anthropic else resp
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import aiohttp
 import openai
 import pytest
 from adapters_cluster import Served
@@ -56,6 +57,15 @@ async def test_the_openai_sdk_asks_base_adapter_and_the_adapter_answers(tmp_path
         log = served.server_log()
         assert "adapter loaded" in log and "adapter unloaded to make room" in log
 
+        # The engine forgets `one` behind the router's back (as a restarted engine would): the next request for
+        # it is answered all the same, the adapter loaded into it again.
+        assert (await unload_at_engine(served, "lazy", "one")) == 200
+        forgot = await served.client.chat.completions.create(
+            model="lazy:one", messages=[{"role": "user", "content": QUESTION}], max_tokens=8)
+        assert forgot.choices[0].message.content.startswith("ONE:")
+        log = served.server_log()
+        assert "adapter forgotten by its engine" in log and "adapter loaded again" in log
+
         # While `one` answers a request, there is no room for `two`: refused, saying why.
         stream = await served.client.chat.completions.create(
             model="lazy:one", messages=[{"role": "user", "content": QUESTION}], max_tokens=600, stream=True)
@@ -83,6 +93,35 @@ async def test_the_openai_sdk_asks_base_adapter_and_the_adapter_answers(tmp_path
         assert restarted.returncode == 0, restarted.stderr
         answer = await served.ask("lazy:three", QUESTION, max_tokens=8)
         assert answer.choices[0].message.content.startswith("THREE:")
+
+        # Forgotten, and its file gone from the node: it cannot be loaded again, and the request gets a clear 503.
+        assert any(rid.endswith("+three") for rid in await router_replicas(served))
+        for held in (tmp_path / "weights").rglob("three.json"):
+            held.unlink()
+        assert (await unload_at_engine(served, "lazy", "three")) == 200
+        with pytest.raises(openai.InternalServerError) as caught:
+            await served.client.chat.completions.create(
+                model="lazy:three", messages=[{"role": "user", "content": QUESTION}], max_tokens=8)
+        assert caught.value.status_code == 503 and "refused load_lora_adapter of 'three'" in str(caught.value)
+        assert not any(rid.endswith("+three") for rid in await router_replicas(served))  # not sent it there now
+
+
+async def unload_at_engine(served: Served, model: str, adapter: str) -> int:
+    """Unload `adapter` at the engine of `model`'s replica directly, as the router does not: the status."""
+    [shard] = [s for s in served.agent.supervisor.shards() if s.model == model and not s.terminal]
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"http://127.0.0.1:{shard.port}/v1/unload_lora_adapter", json={"lora_name": adapter},
+                             headers={"Authorization": f"Bearer {shard.api_key}"}) as resp:
+            return resp.status
+
+
+async def router_replicas(served: Served) -> set[str]:
+    """The ids of the replicas the router sends requests to, as its metrics list them."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{served.ports['metrics']}/metrics") as resp:
+            text = await resp.text()
+    return {line.split('replica="', 1)[1].split('"', 1)[0] for line in text.splitlines()
+            if line.startswith("llmgw_replica_healthy{") and 'replica="' in line}
 
 
 async def test_a_bad_sha256_fails_the_start_naming_the_adapter(tmp_path):
