@@ -388,7 +388,7 @@ class BatchRun:
 
     async def _principal(self) -> Principal:
         """The submitting key as it is now (revoked or expired: AuthError), in the lowest band."""
-        from llmgw.auth.keys import model_aliases, principal_of, refuse_unusable
+        from llmgw.auth.keys import principal_of, refuse_unusable
 
         b = self.batch
         if not b.key_id:
@@ -399,7 +399,7 @@ class BatchRun:
             resolved = await self.store.resolve_key(key.key_hash)
             if resolved is not None:
                 refuse_unusable(resolved, dt.datetime.now(dt.UTC))
-                principal = principal_of(resolved, model_aliases(self.worker.gw.config) or None)
+                principal = principal_of(resolved, self.worker.gw.model_aliases())
         if principal is None:  # a key the store does not hold (a resolver of its own): as it was at submission
             snap = dict(b.principal)
             models = snap.pop("allowed_models", None)

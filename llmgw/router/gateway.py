@@ -11,6 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from llmgw.accounting.api import AccountantProtocol
+from llmgw.auth.keys import model_aliases
 from llmgw.auth.principal import ANONYMOUS, AuthError, KeyResolverProtocol, Principal
 from llmgw.config.server import ServerConfig
 from llmgw.obs import logs
@@ -106,6 +107,12 @@ class Gateway:
             return await self.resolver.resolve(secret)
         except AuthError as exc:
             raise GatewayError(exc.status, exc.code, exc.message) from None
+
+    def model_aliases(self) -> dict[str, str] | None:
+        """Every name a client may ask for (models, aliases, adapters) to its model, as the key allowlists read
+        them: the resolver's, which follows the catalog (run-time models too), else server.yaml's."""
+        aliases = getattr(self.resolver, "aliases", None)
+        return aliases if aliases else (model_aliases(self.config) or None)
 
     def band_for(self, request: web.Request, principal: Principal) -> str:
         """The key's band; with keys off, the `x-llmgw-band` header may name one."""

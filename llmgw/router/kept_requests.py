@@ -296,7 +296,7 @@ async def replay(gateway_app: web.Application, kept: Any, model: str) -> tuple[i
     and not kept again: (status, the answer, its request id)."""
     from aiohttp import test_utils
 
-    from llmgw.auth.keys import model_aliases, principal_of, refuse_unusable
+    from llmgw.auth.keys import principal_of, refuse_unusable
     from llmgw.auth.principal import AuthError
     from llmgw.router.gateway import GATEWAY, INTERNAL_PRINCIPAL, REQUEST_ID
     from llmgw.router.pipeline import new_request_id, serve
@@ -316,7 +316,7 @@ async def replay(gateway_app: web.Application, kept: Any, model: str) -> tuple[i
         why = getattr(exc, "message", str(exc))
         raise ReplayRefused(409, f"request {kept.id}'s key {kept.key_id} cannot be used now ({why}): a replay "
                                  "is sent as the key that made the request, and billed to it") from None
-    principal = principal_of(resolved, model_aliases(gateway_app[GATEWAY].config) or None)
+    principal = principal_of(resolved, gateway_app[GATEWAY].model_aliases())
     body = {k: v for k, v in kept.request.items() if k not in ("stream", "stream_options")}
     body["model"] = model
     raw = json.dumps(body).encode()

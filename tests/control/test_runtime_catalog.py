@@ -168,6 +168,8 @@ async def test_a_key_allowed_a_run_time_alias_may_use_the_model_by_its_name(tmp_
         answer = await sdk.chat.completions.create(model="lazy", messages=HELLO, max_tokens=4)
         assert answer.choices[0].message.content
         assert [m.id for m in (await sdk.models.list()).data] == ["lazy"]
+        # a batch's lines and a replay read the key's allowlist with the same names as a request does
+        assert app[GATEWAY].model_aliases().get("spare") == "lazy"
         with pytest.raises(openai.PermissionDeniedError):
             await sdk.chat.completions.create(model="primary", messages=HELLO, max_tokens=4)
     finally:
