@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 from llmgw.up.procs import descendants
 from tests.kubernetes.kube_files import LocalPod, control_plane, kube
+from tests.processes import end_processes
 
 pytestmark = pytest.mark.slow
 
@@ -107,17 +107,5 @@ def test_the_pod_command_lines_serve_probes_and_an_agent_outside_joins(tmp_path,
         assert status.returncode == 0 and "nodes: 1 ready" in status.stdout, status.stdout + status.stderr
         assert "models: 1 ready" in status.stdout
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
-        for pid in engines:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        end_processes(procs, engines, wait=20)
     assert control_plane(out)["spec"]["replicas"] == 1

@@ -19,6 +19,7 @@ import pytest
 from llmgw.up.procs import descendants
 from tests.kubernetes.kube_files import LocalPod, kube
 from tests.kubernetes.test_pod_locally_slow import ENV, llmgw, status_of, wait_for
+from tests.processes import end_processes
 
 pytestmark = pytest.mark.slow
 
@@ -92,18 +93,6 @@ def test_two_control_planes_share_the_secrets_and_hand_the_lease_over(tmp_path, 
         assert status_of(pods[standby].probe("readinessProbe")) == 200
         assert descendants(procs[2].pid) == engines  # adopted, not started again
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
-        for pid in engines:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        end_processes(procs, engines, wait=20)
     assert Path(pods[0].files.local("/run/llmgw/admin-token")).read_text() == \
         Path(pods[1].files.local("/run/llmgw/admin-token")).read_text()

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from llmgw.store.state_dir import STATE_DIR_ENV
 from llmgw.up.procs import descendants
 
 from control.test_failover_slow import free_port, get, wait_until
+from tests.processes import end_processes
 
 pytestmark = pytest.mark.slow
 
@@ -253,17 +253,4 @@ def test_three_gateways_share_one_budget_and_one_rpm(tmp_path, postgres_server, 
         assert (tmp_path / "b.log.state" / "control-plane.id").exists()
         engines = descendants(agent.pid)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        for pid in engines:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        end_processes(procs, engines, wait=30)
