@@ -1,8 +1,8 @@
 """What a load run measured, and the numbers made of it.
 
 A run's latencies are kept as weighted points: a Python client records each
-request (weight 1), wrk reports a thousand quantiles per run (each weighing
-a thousandth of its requests). Rounds of either kind merge by concatenation,
+request (weight 1), wrk reports how many answers took each microsecond
+(each such latency weighs its count). Rounds of either kind merge by concatenation,
 so a target's percentiles cover all its rounds.
 """
 
@@ -96,6 +96,7 @@ def latency_summary(out: Outcome) -> dict:
         "p50_ms": ms(percentile(out.latencies, 50)),
         "p95_ms": ms(percentile(out.latencies, 95)),
         "p99_ms": ms(percentile(out.latencies, 99)),
+        "max_ms": ms(max((v for v, _ in out.latencies), default=None)),
     }
     if out.error_kinds:
         summary["error_kinds"] = dict(out.error_kinds.most_common())

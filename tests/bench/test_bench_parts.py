@@ -50,17 +50,43 @@ def test_wrk_script_posts_the_body_and_stops_after_its_share():
     assert "function response" not in wrk.script(body, {}, per_thread=None)  # a timed run needs no hook
 
 
-def test_wrk_output_becomes_an_outcome():
-    quantiles = [1000 + i for i in range(wrk.QUANTILES)]  # microseconds
+def wrk_corrected(raw: dict[int, int], interval: int) -> dict[int, int]:
+    """What wrk.c's stats_correct makes of a histogram: the loop as wrk runs it, over a flat array."""
+    data = [0] * (max(raw) + 1)
+    for us, n in raw.items():
+        data[us] += n
+    for n in range(interval * 2, len(data)):
+        count, m = data[n], n - interval
+        while count and m > interval:
+            data[m] += count
+            m -= interval
+    return {us: c for us, c in enumerate(data) if c}
+
+
+def test_wrk_output_becomes_an_outcome_with_the_latencies_wrk_measured():
+    # 497 answers in 2 s over 10 connections: wrk's interval is 2 s / (500 // 10) = 40 ms. Three slow
+    # answers (1.2 s, 0.5 s, 81 ms) make wrk add made-up ones: 28 + 11 + 1 of them.
+    raw = {20_000 + i: 1 for i in range(494)} | {1_200_000: 1, 500_000: 1, 81_000: 1}
+    corrected = wrk_corrected(raw, 40_000)
+    assert sum(corrected.values()) == 497 + 28 + 11 + 1
+    assert wrk.raw_counts(corrected, 500, 2_000_000, 10) == raw
     line = wrk.MARKER + json.dumps({"requests": 500, "duration_us": 2_000_000, "connect": 0, "read": 0,
-                                    "write": 0, "status": 3, "timeout": 1, "q_us": quantiles})
-    out = wrk.parse("Running 2s test\n" + line + "\nRequests/sec: 250\n")
+                                    "write": 0, "status": 3, "timeout": 1,
+                                    "histogram": [[us, n] for us, n in sorted(corrected.items())]})
+    out = wrk.parse("Running 2s test\n" + line + "\nRequests/sec: 250\n", connections=10)
     assert (out.ok, out.errors, out.elapsed) == (497, 4, 2.0)
     assert out.error_kinds == {"wrk status": 3, "wrk timeout": 1}
     s = latency_summary(out)
-    assert 1.0 <= s["p50_ms"] <= s["p95_ms"] <= s["p99_ms"] <= 2.0
+    # Corrected, 40 of 537 answers would be over 40 ms: p95 near 0.5 s. As measured, 3 of 497.
+    assert 20.0 <= s["p50_ms"] <= s["p95_ms"] <= s["p99_ms"] <= 20.5
+    assert s["max_ms"] == 1200.0
     with pytest.raises(ValueError, match="no result line"):
-        wrk.parse("wrk: connection refused\n")
+        wrk.parse("wrk: connection refused\n", connections=10)
+
+
+def test_a_run_too_short_for_wrk_to_correct_is_taken_as_it_is():
+    assert wrk.raw_counts({5_000: 3, 900_000: 1}, requests=4, duration_us=1_000_000, connections=10) == {
+        5_000: 3, 900_000: 1}
 
 
 def test_without_wrk_the_python_client_drives_the_closed_loop_and_says_so(monkeypatch):
