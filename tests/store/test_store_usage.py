@@ -207,3 +207,19 @@ async def test_concurrent_batches_sum_correctly(store: Store, tree: Tree) -> Non
     assert await store.spend_since("project", tree.project.id, DAY1) == 100 * 1_000
     with pytest.raises((Conflict, Invalid)):
         await store.insert_usage_rows([batches[0][0], batches[0][0]])
+
+
+async def test_a_batch_larger_than_one_statement_keeps_every_row_and_sum(store: Store, tree: Tree) -> None:
+    # 1,200 rows of 25 columns: SQLite writes them as several many-row statements, PostgreSQL row by row.
+    rows = [row(tree, f"big-{i:04d}", DAY1 + dt.timedelta(minutes=i % 120), cost_micros=i,
+                tags=["t"] if i % 2 else [], metadata={"i": i} if i % 3 == 0 else None) for i in range(1200)]
+    assert await store.insert_usage_rows(rows) == 1200
+    assert await store.get_usage("big-0999") == rows[999]
+    assert await store.get_usage("big-0000") == rows[0]
+    assert await store.spend_since("project", tree.project.id, DAY1) == sum(range(1200))
+    hours = await store.usage_sums(None, "hour", DAY1, DAY1 + dt.timedelta(days=1))
+    assert [s.requests for s in hours] == [600, 600]
+    # Sent again with one new row: only the new one is added, and no sum counts a row twice.
+    assert await store.insert_usage_rows(rows[:700] + [row(tree, "big-new", DAY1)]) == 1
+    days = await store.usage_sums(None, "day", DAY1, DAY1 + dt.timedelta(days=1))
+    assert [(s.requests, s.cost_micros) for s in days] == [(1201, sum(range(1200)) + 1_000)]
