@@ -12,7 +12,7 @@ already given), and the `Call.hooks` they leave, which see the answer
 (`wrap_stream`, `saw_answer`) and keep it when the request ends (`end_hooks`).
 
 Shared here: who owns what (`owner_of`, `project_of`), the projects'
-switches cached for `FEATURES_TTL` seconds, store refusals as client
+switches kept `FEATURES_TTL` seconds and read ahead, store refusals as client
 errors, and the per-thread locks that make a thread's turns take turns.
 """
 
@@ -31,13 +31,15 @@ from llmgw.auth.principal import ANONYMOUS, Principal
 from llmgw.obs import logs
 from llmgw.router.errors import JSON, GatewayError, bad_request, dumps
 from llmgw.router.gateway import GATEWAY, Gateway
+from llmgw.router.read_ahead import ReadAhead
 from llmgw.store import Conflict, Invalid, NotFound, Store, StoreError, StoreUnavailable
 from llmgw.store.client_data import ANONYMOUS_OWNER, ProjectFeatures
 from llmgw.tasks import cancel_and_wait
 
 log = logs.get("llmgw.router.client_data")
 
-#: Seconds a project's switches are trusted before they are read again (`llmgw keys threads|memory|cache`).
+#: Seconds a project's switches are trusted, read again ahead of a request from half of it on
+#: (`llmgw keys threads|memory|cache`).
 FEATURES_TTL = 30.0
 #: Seconds between two rounds of forgetting expired threads and files.
 JANITOR_EVERY = 600.0
@@ -60,7 +62,7 @@ class ClientData:
         self.context_lengths: dict[str, tuple[int, float]] = {}
         self.worker: Any = None  # a llmgw.router.batch_worker.BatchWorker once started on a store
         self._clock = clock
-        self._features: dict[str, tuple[ProjectFeatures, float]] = {}
+        self._features: ReadAhead[str, ProjectFeatures] = ReadAhead(self._read_features, FEATURES_TTL, clock=clock)
         self._janitor: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -137,24 +139,15 @@ class ClientData:
                   "or ask an operator for more", param=None)
 
     async def features(self, project_id: str) -> ProjectFeatures:
-        """A project's switches, read from the store at most every FEATURES_TTL seconds."""
-        now = self._clock()
-        known = self._features.get(project_id)
-        if known is not None and now - known[1] < FEATURES_TTL:
-            return known[0]
-        store = self.require_store("project settings")
-        features = await store.get_project_features(project_id)
-        if len(self._features) > 10_000:
-            self._features.clear()
-        self._features[project_id] = (features, now)
-        return features
+        """A project's switches, kept FEATURES_TTL seconds and read again ahead of that (llmgw.router.read_ahead)."""
+        return await self._features.get(project_id)
+
+    async def _read_features(self, project_id: str) -> ProjectFeatures:
+        return await self.require_store("project settings").get_project_features(project_id)
 
     def forget_features(self, project_id: str | None = None) -> None:
         """Read a project's switches (or every one) again on next use."""
-        if project_id is None:
-            self._features.clear()
-        else:
-            self._features.pop(project_id, None)
+        self._features.forget(project_id)
 
 
 def client_data(request: web.Request) -> ClientData:

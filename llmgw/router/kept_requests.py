@@ -2,8 +2,9 @@
 
 Opt-in only (`llmgw keys requests SCOPE --keep 7d`, `PUT /api/v1/kept-requests`):
 with no rule nothing is kept. A key's own rule wins over its project's;
-the gateway reads them at most every `RULES_TTL` seconds (an admin API
-change on this server is taken up at once).
+a gateway takes a change up within `RULES_TTL` seconds (one read a key
+at a time, made ahead of that: llmgw.router.read_ahead), and an admin API
+change on this server at once.
 
 What is kept is what the policies allow, as the model saw it and the
 client got it: the chat or completion body sent to the engine (after the
@@ -37,6 +38,7 @@ from aiohttp import web
 from llmgw.auth.principal import ANONYMOUS
 from llmgw.obs import logs
 from llmgw.router.client_data import CLIENT_DATA, ClientData, Recorder, no_store
+from llmgw.router.read_ahead import ReadAhead
 from llmgw.store import StoreError
 
 log = logs.get("llmgw.router.kept_requests")
@@ -56,30 +58,26 @@ GATEWAY_APP = web.AppKey("llmgw_kept_gateway_app", web.Application)
 
 
 class KeptRules:
-    """What each key's requests are kept for, read from the store and cached."""
+    """What each key's requests are kept for, read from the store and kept `RULES_TTL` seconds (read ahead:
+    llmgw.router.read_ahead)."""
 
-    def __init__(self, clock=time.monotonic) -> None:
-        self._clock = clock
-        self._known: dict[tuple[str, str], tuple[dt.timedelta | None, float]] = {}
+    def __init__(self, data: ClientData, clock=time.monotonic) -> None:
+        self.data = data
+        self._rules = ReadAhead(self._read, RULES_TTL, clock=clock)
 
-    async def keep_for(self, store: Any, key_id: str, project_id: str | None) -> dt.timedelta | None:
+    async def keep_for(self, key_id: str, project_id: str | None) -> dt.timedelta | None:
         """How long this key's requests are kept; None: not kept."""
-        now = self._clock()
-        cache_key = (key_id, project_id or "")
-        known = self._known.get(cache_key)
-        if known is not None and now - known[1] < RULES_TTL:
-            return known[0]
-        rules = await store.keep_rules_of(key_id, project_id)
+        return await self._rules.get((key_id, project_id or ""))
+
+    async def _read(self, which: tuple[str, str]) -> dt.timedelta | None:
+        key_id, project_id = which
+        rules = await self.data.store.keep_rules_of(key_id, project_id or None)
         rule = rules.get("key") or rules.get("project")
-        keep = rule.keep if rule is not None else None
-        if len(self._known) > 10_000:
-            self._known.clear()
-        self._known[cache_key] = (keep, now)
-        return keep
+        return rule.keep if rule is not None else None
 
     def forget(self) -> None:
         """Read every rule again on next use."""
-        self._known.clear()
+        self._rules.forget()
 
 
 _RULES: weakref.WeakKeyDictionary[ClientData, KeptRules] = weakref.WeakKeyDictionary()
@@ -88,7 +86,7 @@ _RULES: weakref.WeakKeyDictionary[ClientData, KeptRules] = weakref.WeakKeyDictio
 def rules_of(data: ClientData) -> KeptRules:
     rules = _RULES.get(data)
     if rules is None:
-        rules = _RULES[data] = KeptRules()
+        rules = _RULES[data] = KeptRules(data)
     return rules
 
 
@@ -112,7 +110,7 @@ async def begin(gw: Any, call: Any, request: web.Request, body: dict) -> None:
     if call.kind not in KEPT_KINDS or hasattr(call.dialect, "read_body") or request.get(REPLAYING):
         return
     try:
-        keep = await rules_of(data).keep_for(data.store, principal.key_id, principal.project_id)
+        keep = await rules_of(data).keep_for(principal.key_id, principal.project_id)
     except StoreError as exc:  # keeping is not worth refusing the request over
         logs.event(log, "kept-request rule not read", logging.WARNING, request_id=call.request_id, error=str(exc))
         return
