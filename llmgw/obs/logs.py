@@ -68,7 +68,7 @@ TRACE_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("llmgw_tra
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
     fields = getattr(record, "fields", None) or {}
-    out = {k: redact_field(k, v) for k, v in fields.items()}
+    out = {k: "[redacted]" if _secret_name(k) else v for k, v in fields.items()}
     request_id = REQUEST_ID.get()
     if request_id is not None:
         out.setdefault("request_id", request_id)
@@ -102,11 +102,21 @@ class LogfmtFormatter(logging.Formatter):
         return " ".join(f"{k}={_logfmt_value(v)}" for k, v in parts.items())
 
 
+#: What makes a logfmt value need quotes: one regular expression search, not a loop over the characters.
+_NEEDS_QUOTES = re.compile(r'[ ="\n\t]').search
+
+
 def _logfmt_value(value: Any) -> str:
-    if value is None or value is True or value is False or type(value) is int:  # as JSON writes them, without it
+    kind = type(value)
+    if kind is str:
+        text = value
+    elif value is None or kind is bool or kind is int:  # as JSON writes them, without it
         return "null" if value is None else "true" if value is True else "false" if value is False else str(value)
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    if text == "" or any(c in text for c in ' ="\n\t'):
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, default=str)
+    if not text or _NEEDS_QUOTES(text):
         return json.dumps(text)
     return text
 
@@ -149,6 +159,10 @@ def setup(level: str = "info", fmt: str = "text", stream=None) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # No line says where in the source it was written, or from which thread or process (the formatters
+    # write none of it): the logging module's documented switches for not working it out on every call.
+    logging._srcfile = None  # noqa: SLF001 - the Logging HOWTO's "Optimization" names it
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # Libraries' chatter stays at warning unless debugging.
     for noisy in ("aiohttp.access", "asyncio", "urllib3", "httpx"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
