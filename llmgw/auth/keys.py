@@ -213,6 +213,7 @@ class KeyResolver:
         self._cache: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
         self._hash_of: dict[str, str] = {}  # key id -> hash, for invalidate(key_id)
         self._inflight: dict[str, asyncio.Task[_Entry]] = {}
+        self._moving: dict[str, asyncio.Task[_Entry]] = {}  # plain hash -> its move to the keyed hash
         self._last_used: dict[str, dt.datetime] = {}
         self._touch_task: asyncio.Task[None] | None = None
         #: keys served as last seen while the store does not answer: said in the log at most every STALE_WARN_EVERY
@@ -253,6 +254,16 @@ class KeyResolver:
                 self._cache.pop(keyed_hash, None)  # its "not found" entry, maybe older than the move
                 return await self._entry(keyed_hash)
             return missing
+        # One move a key at a time: a busy key's first requests all find it under its plain hash, and each
+        # moving it itself was one write transaction each, queued in the store one after another.
+        task = self._moving.get(plain)
+        if task is None:
+            task = asyncio.create_task(self._move(entry, plain, keyed_hash))
+            self._moving[plain] = task
+            task.add_done_callback(lambda _t, p=plain: self._moving.pop(p, None))
+        return await asyncio.shield(task)
+
+    async def _move(self, entry: _Entry, plain: str, keyed_hash: str) -> _Entry:
         key_id = entry.resolved.key.id
         try:
             moved = await self.store.rehash_key(key_id, plain, keyed_hash)

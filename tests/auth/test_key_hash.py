@@ -151,3 +151,31 @@ async def test_a_key_moved_by_another_gateway_between_its_two_look_ups_here_is_f
         with pytest.raises(AuthError):
             await unknown.resolve("llmgw-" + "x" * 40)
     assert unknown.lookups == 3
+
+
+async def test_a_busy_keys_first_requests_move_it_once(store: Store, tmp_path) -> None:
+    """Fifty requests at once with a key still under its plain hash: one move, and all of them served."""
+    hasher = await ensure_key_hasher(config_in(tmp_path), store)
+    await Tenancy(store, actor="test").create("acme")
+    await Tenancy(store, actor="test").create("acme/search", project=True)
+    plain = await Tenancy(store, actor="test").create_key(project="acme/search", name="old")
+
+    class _Counting:
+        moves = 0
+
+        def __init__(self, inner: Store) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        async def rehash_key(self, *args):
+            _Counting.moves += 1
+            await asyncio.sleep(0.01)
+            return await self._inner.rehash_key(*args)
+
+    resolver = KeyResolver(_Counting(store), hasher=hasher)
+    found = await asyncio.gather(*(resolver.resolve(plain.secret) for _ in range(50)))
+    assert {p.key_id for p in found} == {plain.key.id}
+    assert _Counting.moves == 1
+    assert (await store.get_key(plain.key.id)).key_hash == hasher.hash(plain.secret)
