@@ -6,6 +6,7 @@ it is (as `llmgw server` execs itself; the real processes are in test_upgrade_cl
 from __future__ import annotations
 
 import asyncio
+import io
 
 import pytest
 from aiohttp import web
@@ -91,10 +92,30 @@ async def planes(tmp_path):
                      stranger_public)
     agents: list[ScriptedAgent] = []
     yield cluster, agents
-    for a in agents:
-        await a.stop()
-    await cluster.stop()
-    await runner.cleanup()
+    try:
+        async with asyncio.timeout(TEARDOWN_S):
+            for a in agents:
+                await a.stop()
+            await cluster.stop()
+            await runner.cleanup()
+    except TimeoutError:
+        # Seen once in a whole CI run (2 December 2026): this teardown waited without end. Fail saying what
+        # every task still waits on, instead of holding the run until its limit.
+        raise AssertionError(f"the planes did not stop within {TEARDOWN_S} s; tasks still waiting:\n"
+                             + pending_tasks()) from None
+
+
+#: Seconds the fixture's teardown may take: it takes well under one.
+TEARDOWN_S = 60
+
+
+def pending_tasks() -> str:
+    """Each task of this loop that has not finished, with where it waits."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        if task is not asyncio.current_task() and not task.done():
+            task.print_stack(limit=8, file=out)
+    return out.getvalue()
 
 
 async def two_planes_and_an_agent(cluster: Planes, agents: list, upgraded: bool = False) -> ControlPlane:
